@@ -1,0 +1,177 @@
+"""HTTP face of the simulated Azure IMDS: ``/metadata/scheduledevents`` and
+``/metadata/instance``.
+
+Validation order: X-Forwarded-For, ``Metadata: true``, then api-version, each a 400 with a
+JSON ``error`` body as IMDS answers (IMDS documents only 400 for request errors, so the
+X-Forwarded-For rejection is a 400 too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .azure import SCHEDULED_EVENTS_VERSIONS
+from .vendor import json_response
+
+if TYPE_CHECKING:
+    from .server import Simulator
+
+INSTANCE_VERSIONS = (
+    "2017-03-01", "2017-04-02", "2017-08-01", "2017-10-01", "2017-12-01", "2018-02-01",
+    "2018-04-02", "2018-10-01", "2019-02-01", "2019-03-11", "2019-04-30", "2019-06-01",
+    "2019-06-04", "2019-08-01", "2019-08-15", "2019-11-01", "2020-06-01", "2020-07-15",
+    "2020-09-01", "2020-10-01", "2020-12-01", "2021-01-01", "2021-02-01", "2021-03-01",
+    "2021-05-01", "2021-10-01", "2021-11-01", "2021-11-15", "2021-12-13", "2023-07-01",
+)  # fmt: skip
+MISSING_HEADER = {"error": "Bad request: . Required metadata header not specified"}
+XFF_REJECTED = {"error": "Bad request. X-Forwarded-For header is not allowed"}
+
+
+def _version_error(present: bool, newest: tuple[str, ...]) -> web.Response:
+    reason = "was not specified" if not present else "is invalid or was not specified"
+    return json_response(
+        400,
+        {
+            "error": f"Bad request. api-version {reason} in the request. For more information "
+            "refer to aka.ms/azureimds",
+            "newest-versions": sorted(newest, reverse=True)[:3],
+        },
+    )
+
+
+def instance_document(sim: Simulator) -> dict[str, Any]:
+    """A realistic ``/metadata/instance`` body for the simulated VM."""
+    ident = sim.identity.azure
+    return {
+        "compute": {
+            "azEnvironment": "AzurePublicCloud",
+            "location": ident.location,
+            "name": ident.name,
+            "offer": "0001-com-ubuntu-server-jammy",
+            "osType": ident.os_type,
+            "priority": "Regular",
+            "provider": "Microsoft.Compute",
+            "publisher": "canonical",
+            "resourceGroupName": ident.resource_group_name,
+            "resourceId": ident.resource_id,
+            "sku": "22_04-lts-gen2",
+            "subscriptionId": ident.subscription_id,
+            "tags": "",
+            "version": "22.04.202404080",
+            "vmId": ident.vm_id,
+            "vmScaleSetName": ident.vm_scale_set_name,
+            "vmSize": ident.vm_size,
+            "zone": ident.zone,
+        },
+        "network": {
+            "interface": [
+                {
+                    "ipv4": {
+                        "ipAddress": [{"privateIpAddress": "10.0.0.4", "publicIpAddress": ""}],
+                        "subnet": [{"address": "10.0.0.0", "prefix": "24"}],
+                    },
+                    "ipv6": {"ipAddress": []},
+                    "macAddress": "000D3A8C1B2E",
+                }
+            ]
+        },
+    }
+
+
+def _parse_start_requests(raw: bytes) -> list[str] | None:
+    """EventIds of a ``{"StartRequests": [{"EventId": ...}]}`` body, None if malformed."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("StartRequests"), list):
+        return None
+    ids: list[str] = []
+    for item in body["StartRequests"]:
+        if not isinstance(item, dict) or not isinstance(item.get("EventId"), str):
+            return None
+        ids.append(item["EventId"])
+    return ids or None
+
+
+def azure_routes(sim: Simulator) -> list[web.RouteDef]:
+    def precheck(request: web.Request, versions: tuple[str, ...]) -> web.Response | None:
+        if "X-Forwarded-For" in request.headers:
+            return json_response(400, XFF_REJECTED)
+        if request.headers.get("Metadata", "").lower() != "true":
+            return json_response(400, MISSING_HEADER)
+        version = request.query.get("api-version")
+        if version not in versions:
+            return _version_error(version is not None, versions)
+        return None
+
+    async def scheduled_events(request: web.Request) -> web.StreamResponse:
+        error = precheck(request, SCHEDULED_EVENTS_VERSIONS)
+        if error is not None:
+            return error
+        state = sim.azure
+        if not state.first_call_done:
+            # the service enables itself on first use, which can take up to two minutes
+            state.first_call_done = True
+            if state.quirks.first_call_delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sim.stopping.wait(), state.quirks.first_call_delay)
+        api_version = request.query["api-version"]
+        if request.method == "GET":
+            return json_response(200, state.document(api_version))
+        if request.method != "POST":
+            return json_response(405, {"error": "Method not allowed"})
+        ids = _parse_start_requests(await request.read())
+        if ids is None:
+            return json_response(400, {"error": "Bad request. Malformed StartRequests body"})
+        if not state.approve(ids, request.remote or "", request.headers.get("User-Agent", "")):
+            status = state.quirks.unknown_approval_status
+            if status == 200:
+                return web.Response(status=200, body=b"")
+            return json_response(status, {"error": "Bad request. Unknown or expired EventId"})
+        return web.Response(status=200, body=b"")
+
+    async def instance(request: web.Request) -> web.StreamResponse:
+        error = precheck(request, INSTANCE_VERSIONS)
+        if error is not None:
+            return error
+        if request.method != "GET":
+            return json_response(405, {"error": "Method not allowed"})
+        node: Any = instance_document(sim)
+        parts = [p for p in request.match_info.get("tail", "").split("/") if p]
+        for part in parts:
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return json_response(404, {"error": "Not found"})
+        fmt = request.query.get("format", "json" if isinstance(node, dict | list) else "text")
+        if fmt == "text":
+            if isinstance(node, dict):
+                text = "\n".join(node)
+            elif isinstance(node, list):
+                text = "\n".join(str(i) for i in range(len(node)))
+            else:
+                text = str(node)
+            return web.Response(
+                body=text.encode(), headers={"Content-Type": "text/plain; charset=utf-8"}
+            )
+        if fmt != "json":
+            return json_response(400, {"error": "Bad request. Invalid format"})
+        return json_response(200, node)
+
+    async def not_found(request: web.Request) -> web.StreamResponse:
+        return json_response(404, {"error": "Not found"})
+
+    return [
+        web.route("*", "/metadata/scheduledevents", scheduled_events),
+        web.route("*", "/metadata/instance", instance),
+        web.route("*", "/metadata/instance/{tail:.*}", instance),
+        web.route("*", "/metadata{tail:.*}", not_found),
+    ]

@@ -1,0 +1,148 @@
+"""Switchable faults, per provider, applied to vendor endpoints (never to ``/_sim/``).
+
+Counted faults (``status_burst``, ``drop``, ``malformed``, ``missing_vendor_header``,
+``redirect``) are consumed one per request, so a test can say "the next 3 requests fail" and
+then observe recovery.  Flags (``hang``, ``rate_limit``) and ``latency`` stay until changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Provider = Literal["gce", "azure"]
+FaultTarget = Literal["gce", "azure", "all"]
+RATE_LIMIT_PER_SECOND = 5
+
+
+@dataclass
+class FaultSet:
+    """Faults of one provider.  ``rate_limit`` defaults to on for Azure (documented 5/s)."""
+
+    provider: Provider
+    status_burst: tuple[int, int] | None = None
+    latency: float = 0.0
+    drop: int = 0
+    malformed: int = 0
+    hang: bool = False
+    rate_limit: bool = False
+    missing_vendor_header: int = 0
+    redirect: int = 0
+    _hits: dict[str, deque[float]] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.status_burst = None
+        self.latency = 0.0
+        self.drop = self.malformed = self.missing_vendor_header = self.redirect = 0
+        self.hang = False
+        self.rate_limit = self.provider == "azure"
+        self._hits.clear()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status_burst": list(self.status_burst) if self.status_burst else None,
+            "latency": self.latency,
+            "drop": self.drop,
+            "malformed": self.malformed,
+            "hang": self.hang,
+            "rate_limit": self.rate_limit,
+            "missing_vendor_header": self.missing_vendor_header,
+            "redirect": self.redirect,
+        }
+
+    def take(self, name: str) -> bool:
+        """Consume one unit of a counted fault; True if this request is affected."""
+        if name == "status_burst":
+            if self.status_burst and self.status_burst[1] > 0:
+                status, left = self.status_burst
+                self.status_burst = (status, left - 1) if left > 1 else None
+                return True
+            return False
+        left = int(getattr(self, name))
+        if left > 0:
+            setattr(self, name, left - 1)
+            return True
+        return False
+
+    def over_rate_limit(self, client: str) -> bool:
+        """Sliding one-second window per client; the request is counted either way."""
+        if not self.rate_limit:
+            return False
+        now = time.monotonic()
+        hits = self._hits.setdefault(client, deque())
+        while hits and now - hits[0] >= 1.0:
+            hits.popleft()
+        hits.append(now)
+        return len(hits) > RATE_LIMIT_PER_SECOND
+
+
+_FIELDS = (
+    "status_burst",
+    "latency",
+    "drop",
+    "malformed",
+    "hang",
+    "rate_limit",
+    "missing_vendor_header",
+    "redirect",
+)
+
+
+class Faults:
+    """``sim.faults``: ``set(provider=..., **faults)`` and ``clear()``."""
+
+    def __init__(self) -> None:
+        self.gce = FaultSet("gce")
+        self.azure = FaultSet("azure")
+        self.gce.reset()
+        self.azure.reset()
+        self.unhang = asyncio.Event()
+        """Set when ``hang`` is cleared (or the server stops) to release hanging requests."""
+
+    def for_provider(self, provider: Provider) -> FaultSet:
+        return self.gce if provider == "gce" else self.azure
+
+    def _targets(self, provider: FaultTarget) -> list[FaultSet]:
+        if provider == "all":
+            return [self.gce, self.azure]
+        if provider not in ("gce", "azure"):
+            raise ValueError("provider must be 'gce', 'azure' or 'all'")
+        return [self.for_provider(provider)]
+
+    def set(self, provider: FaultTarget = "all", **faults: Any) -> None:
+        """Switch faults on (or off: ``hang=False``, ``rate_limit=False``, ``latency=0``)."""
+        unknown = set(faults) - set(_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {list(_FIELDS)}")
+        for target in self._targets(provider):
+            for name, value in faults.items():
+                if name == "status_burst":
+                    if value is None:
+                        target.status_burst = None
+                    else:
+                        status, count = value
+                        target.status_burst = (int(status), int(count)) if count else None
+                elif name in ("hang", "rate_limit"):
+                    setattr(target, name, bool(value))
+                elif name == "latency":
+                    target.latency = float(value)
+                else:
+                    setattr(target, name, int(value))
+        self._release_if_unhung()
+
+    def clear(self, provider: FaultTarget = "all") -> None:
+        """Back to defaults (no faults; Azure rate limit on), releasing hanging requests."""
+        for target in self._targets(provider):
+            target.reset()
+        self._release_if_unhung()
+
+    def _release_if_unhung(self) -> None:
+        # hanging requests re-check their provider's flag when woken
+        event, self.unhang = self.unhang, asyncio.Event()
+        event.set()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"gce": self.gce.as_dict(), "azure": self.azure.as_dict()}

@@ -1,0 +1,100 @@
+"""The VM identity the simulator serves (GCE identity keys and Azure instance metadata).
+
+Kept separate so scenarios (e.g. the vendor's WestNO_0 freeze example) and callers can
+override single fields without restating the whole identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GceIdentity:
+    project_id: str = "sim-project"
+    project_number: int = 123456789012
+    zone: str = "us-central1-a"
+    instance_id: int = 4520031799277582256
+    instance_name: str = "sim-vm-1"
+    machine_type: str = "e2-standard-4"
+
+    @property
+    def zone_path(self) -> str:
+        """``instance/zone`` as the real server renders it."""
+        return f"projects/{self.project_number}/zones/{self.zone}"
+
+    @property
+    def hostname(self) -> str:
+        return f"{self.instance_name}.{self.zone}.c.{self.project_id}.internal"
+
+
+_DEFAULT_SUBSCRIPTION = "8c56d827-5f07-45ce-8f2b-6c5001db5c6f"
+
+
+@dataclass(frozen=True)
+class AzureIdentity:
+    name: str = "sim-vm-1"
+    vm_id: str = "02aab8a4-74ef-476e-8182-f6d2ba4166a6"
+    subscription_id: str = _DEFAULT_SUBSCRIPTION
+    resource_group_name: str = "sim-rg"
+    location: str = "westeurope"
+    zone: str = "1"
+    vm_scale_set_name: str = ""
+    vm_size: str = "Standard_D2s_v3"
+    os_type: str = "Linux"
+    explicit_resource_id: str = ""
+
+    @property
+    def resource_id(self) -> str:
+        """ARM id of the VM, derived from subscription, group and name unless given."""
+        if self.explicit_resource_id:
+            return self.explicit_resource_id
+        return (
+            f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group_name}"
+            f"/providers/Microsoft.Compute/virtualMachines/{self.name}"
+        )
+
+
+@dataclass(frozen=True)
+class Identity:
+    gce: GceIdentity = field(default_factory=GceIdentity)
+    azure: AzureIdentity = field(default_factory=AzureIdentity)
+
+
+# Azure overrides may use the JSON (camelCase) names users see in /metadata/instance.
+_AZURE_ALIASES = {
+    "vmId": "vm_id",
+    "subscriptionId": "subscription_id",
+    "resourceGroupName": "resource_group_name",
+    "vmScaleSetName": "vm_scale_set_name",
+    "vmSize": "vm_size",
+    "osType": "os_type",
+    "resourceId": "explicit_resource_id",
+    "resource_id": "explicit_resource_id",
+}
+
+
+def _apply(obj: Any, overrides: dict[str, Any], aliases: dict[str, str]) -> Any:
+    allowed = {f.name for f in fields(obj)}
+    clean: dict[str, Any] = {}
+    for key, value in overrides.items():
+        name = aliases.get(key, key)
+        if name not in allowed:
+            raise ValueError(f"unknown identity field {key!r} (allowed: {sorted(allowed)})")
+        clean[name] = value
+    return replace(obj, **clean)
+
+
+def merge_identity(base: Identity, overrides: Identity | dict[str, Any] | None) -> Identity:
+    """Return ``base`` with ``overrides`` ({"gce": {...}, "azure": {...}}) applied."""
+    if overrides is None:
+        return base
+    if isinstance(overrides, Identity):
+        return overrides
+    unknown = set(overrides) - {"gce", "azure"}
+    if unknown:
+        raise ValueError(f"identity overrides take 'gce' and 'azure' tables, not {unknown}")
+    gce = _apply(base.gce, dict(overrides.get("gce", {})), {})
+    azure = _apply(base.azure, dict(overrides.get("azure", {})), _AZURE_ALIASES)
+    return Identity(gce=gce, azure=azure)

@@ -1,0 +1,171 @@
+"""Middleware in front of the vendor endpoints: request log, faults, vendor headers.
+
+Faults are applied here, outside the GCE/Azure handlers, so every fault works the same way on
+every endpoint, and so GCE's ``Metadata-Flavor: Google`` is added to *every* GCE response
+(errors, 404s, fault answers) in one place - except when the ``missing_vendor_header`` fault
+deliberately leaves it out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from .faults import FaultSet
+from .requestlog import RequestRecord
+
+if TYPE_CHECKING:
+    from .server import Simulator
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+GCE_HEADERS = {
+    "Metadata-Flavor": "Google",
+    "Server": "Metadata Server for VM",
+    "X-XSS-Protection": "0",
+    "X-Frame-Options": "SAMEORIGIN",
+}
+REDIRECT_TARGET = "/_sim/redirect-target"
+
+
+def provider_of(sim: Simulator, path: str) -> str:
+    """Which vendor answers ``path``: Azure owns /metadata, GCE answers everything else."""
+    if path.startswith("/metadata") and sim.serves("azure"):
+        return "azure"
+    return "gce" if sim.serves("gce") else "none"
+
+
+def json_response(status: int, payload: object) -> web.Response:
+    """Azure-style compact JSON answer."""
+    return web.Response(
+        status=status,
+        body=json.dumps(payload, separators=(",", ":")).encode(),
+        headers={"Content-Type": "application/json; charset=utf-8"},
+    )
+
+
+def _status_response(provider: str, status: int) -> web.Response:
+    if provider == "azure":
+        return json_response(status, {"error": f"Simulated fault: HTTP {status}"})
+    return web.Response(
+        status=status, body=f"HTTP {status}\n".encode(), headers={"Content-Type": "text/html"}
+    )
+
+
+def _corrupt(response: web.Response) -> None:
+    """Truncate JSON (invalid document) or replace a plain value with garbage."""
+    body = response.body if isinstance(response.body, bytes) else b""
+    if "json" in response.headers.get("Content-Type", ""):
+        response.body = body[: max(1, len(body) // 2)] if len(body) > 1 else b"{"
+    else:
+        response.body = b"\xff\xfe<garbage\x00"
+
+
+def _drop(request: web.Request) -> None:
+    if request.transport is not None:
+        request.transport.abort()
+    # nothing must be written after the abort; cancelling is silent in aiohttp
+    raise asyncio.CancelledError
+
+
+async def _hang(sim: Simulator, faults: FaultSet, request: web.Request) -> None:
+    while faults.hang and not sim.stopping.is_set():
+        stop = asyncio.ensure_future(sim.stopping.wait())
+        unhang = asyncio.ensure_future(sim.faults.unhang.wait())
+        try:
+            await asyncio.wait({stop, unhang}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            unhang.cancel()
+    if sim.stopping.is_set():
+        _drop(request)
+
+
+def vendor_middleware(sim: Simulator) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/_sim/"):
+            return await handler(request)
+        provider = provider_of(sim, request.path)
+        if provider == "none":
+            return web.Response(status=404, text="not served by this simulator\n")
+        record = sim.log.add(
+            sim_time=sim.clock.now(),
+            provider=provider,
+            method=request.method,
+            path=request.path,
+            query=dict(request.query),
+            headers=dict(request.headers),
+            client=request.remote or "",
+        )
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        faults = sim.faults.gce if provider == "gce" else sim.faults.azure
+        try:
+            response = await _serve(sim, provider, faults, request, handler, record)
+        except asyncio.CancelledError:
+            record.status = 0
+            record.duration = loop.time() - started
+            raise
+        record.status = response.status
+        record.duration = loop.time() - started
+        return response
+
+    return middleware
+
+
+async def _serve(
+    sim: Simulator,
+    provider: str,
+    faults: FaultSet,
+    request: web.Request,
+    handler: Handler,
+    record: RequestRecord,
+) -> web.StreamResponse:
+    def mark(name: str) -> None:
+        record.fault = name
+
+    response: web.StreamResponse
+    if faults.over_rate_limit(request.remote or ""):
+        mark("rate_limit")
+        if provider == "azure":
+            response = json_response(429, {"error": "Too many requests"})
+        else:
+            response = _status_response(provider, 429)
+        return _finish(provider, faults, response)
+    if faults.hang:
+        mark("hang")
+        await _hang(sim, faults, request)
+    if faults.latency > 0:
+        mark("latency")
+        await asyncio.sleep(faults.latency)
+    if faults.take("drop"):
+        mark("drop")
+        _drop(request)
+    if faults.take("redirect"):
+        mark("redirect")
+        response = web.Response(
+            status=302, headers={"Location": sim.base_url + REDIRECT_TARGET}, text="Found\n"
+        )
+        return _finish(provider, faults, response)
+    burst = faults.status_burst
+    if burst is not None and faults.take("status_burst"):
+        mark("status_burst")
+        return _finish(provider, faults, _status_response(provider, burst[0]))
+    response = await handler(request)
+    if isinstance(response, web.Response) and faults.take("malformed"):
+        mark("malformed")
+        _corrupt(response)
+    return _finish(provider, faults, response)
+
+
+def _finish(provider: str, faults: FaultSet, response: web.StreamResponse) -> web.StreamResponse:
+    if provider == "gce":
+        response.headers.update(GCE_HEADERS)
+        if faults.take("missing_vendor_header"):
+            del response.headers["Metadata-Flavor"]
+    return response
