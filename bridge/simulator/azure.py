@@ -261,19 +261,25 @@ class AzureState:
         times += [e.ends_at for e in self._events if e.ends_at is not None]
         return min(times) if times else None
 
-    def fire_due(self, until: float) -> bool:
-        """Run automatic transitions due at or before ``until``, one at a time in order."""
+    def fire_due(self, until: float) -> str | None:
+        """Run the next automatic transition if due by ``until``; describe what happened."""
         due = self.next_due()
         if due is None or due > until:
-            return False
+            return None
         for event in list(self._events):
             if event.starts_at is not None and event.starts_at == due:
                 self.start_event(event.event_id, at=due)
-                return True
+                return (
+                    f"azure: {event.event_type} {event.event_id} reached NotBefore: Started "
+                    f"(incarnation {self.incarnation})"
+                )
             if event.ends_at is not None and event.ends_at == due:
                 self.remove_event(event.event_id)
-                return True
-        return False
+                return (
+                    f"azure: {event.event_type} {event.event_id} completed: removed "
+                    f"(incarnation {self.incarnation})"
+                )
+        return None
 
     def snapshot(self) -> dict[str, Any]:
         return {

@@ -94,9 +94,11 @@ class Step:
     skipped and the value appears only when the event begins)."""
 
     def describe(self) -> str:
+        """The note if the author wrote one, else the action and its parameters."""
+        if self.note:
+            return f"{self.action}: {self.note}"
         details = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
-        text = f"{self.action}({details})" if details else self.action
-        return f"{text} - {self.note}" if self.note else text
+        return f"{self.action}({details})" if details else self.action
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ class Simulator:
         host: str = "127.0.0.1",
         port: int = 0,
         identity: Identity | dict[str, Any] | None = None,
-        on_step: Callable[[float, Step], None] | None = None,
+        on_step: Callable[[float, str], None] | None = None,
     ) -> None:
         if provider not in ("gce", "azure", "both"):
             raise ValueError("provider must be 'gce', 'azure' or 'both'")
@@ -68,6 +68,7 @@ class Simulator:
         self.faults = Faults()
         self.log = RequestLog()
         self.on_step = on_step
+        """Called with (sim time, text) for every step and automatic transition that fires."""
         self.fired: list[tuple[float, str]] = []
         """(sim time, description) of every timeline step fired, for tests and the CLI."""
         self.redirects_followed = 0
@@ -233,7 +234,9 @@ class Simulator:
             step_at = self._timeline[0][0] if self._timeline else None
             azure_at = self.azure.next_due()
             if azure_at is not None and azure_at <= now and (step_at is None or azure_at < step_at):
-                self.azure.fire_due(azure_at)
+                text = self.azure.fire_due(azure_at)
+                if text:
+                    self._record(azure_at, text)
                 continue
             if step_at is None or step_at > now:
                 return
@@ -245,18 +248,14 @@ class Simulator:
 
     def _execute(self, at: float, step: Step) -> None:
         if step.unwatched_delay is not None and not self.gce.maintenance_event_watched:
-            deferred = replace(
-                step,
-                unwatched_delay=None,
-                note=f"{step.note} (no 60 s warning: "
-                "instance/maintenance-event was not queried since the last event)",
-            )
+            # Compute Engine skips the 60 s warning when the key was not queried since the
+            # last event: the value only appears when the event itself begins.
+            deferred = replace(step, unwatched_delay=None)
             heapq.heappush(self._timeline, (at + step.unwatched_delay, next(self._seq), deferred))
             self._record(
                 at,
-                "warning skipped: instance/maintenance-event not watched; "
+                "instance/maintenance-event not queried since the last event: warning skipped, "
                 f"{step.action} postponed by {step.unwatched_delay:g} s",
-                step,
             )
             return
         params = dict(step.params)
@@ -284,13 +283,13 @@ class Simulator:
             self.faults.set(**params)
         elif action == "fault.clear":
             self.faults.clear(params.get("provider", "all"))
-        self._record(at, step.describe(), step)
+        self._record(at, step.describe())
 
-    def _record(self, at: float, text: str, step: Step) -> None:
+    def _record(self, at: float, text: str) -> None:
         self.fired.append((at, text))
         logger.info("t=%.1fs %s", at, text)
         if self.on_step is not None:
-            self.on_step(at, replace(step, note=text) if text != step.describe() else step)
+            self.on_step(at, text)
 
     # -- snapshot -----------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -1,0 +1,123 @@
+"""Command line for ``maintenance-bridge simulate``.
+
+``add_arguments`` and ``run`` are separate so the main CLI can mount them as a subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import TextIO
+
+from .scenario import ScenarioError, list_scenarios
+from .server import Simulator
+
+DEFAULT_PORT = 8181
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--provider",
+        choices=("gce", "azure", "both"),
+        default="both",
+        help="which metadata service(s) to serve (default: both, on one port)",
+    )
+    parser.add_argument(
+        "--scenario", metavar="NAME|PATH", help="shipped scenario name or path to a TOML file"
+    )
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="simulated seconds per real second (default 1.0: real vendor timings)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = any)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--list-scenarios", action="store_true", help="list shipped scenarios and exit"
+    )
+
+
+def _banner(sim: Simulator, out: TextIO) -> None:
+    scenario = sim.scenario.name if sim.scenario else "(none: drive it through /_sim/)"
+    lines = [
+        f"maintenance-bridge simulator: provider={sim.provider} scenario={scenario} "
+        f"speed={sim.speed:g}",
+        f"  control API : {sim.base_url}/_sim/state",
+    ]
+    if sim.serves("gce"):
+        lines += [
+            f"  GCE metadata: {sim.gce_url}",
+            f"    export GCE_METADATA_HOST={sim.gce_host}",
+            f"    bridge config: source.gce.metadata_url = {sim.gce_url}",
+        ]
+    if sim.serves("azure"):
+        lines += [
+            f"  Azure IMDS  : {sim.azure_url}scheduledevents?api-version=2020-07-01",
+            f"    bridge config: source.azure.imds_url = {sim.azure_url}",
+        ]
+    lines.append("Press Ctrl-C to stop.")
+    print("\n".join(lines), file=out, flush=True)
+
+
+async def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    def on_step(at: float, text: str) -> None:
+        print(f"[t={at:8.1f}s] {text}", file=out, flush=True)
+
+    sim = Simulator(
+        provider=args.provider,
+        scenario=args.scenario,
+        speed=args.speed,
+        host=args.host,
+        port=args.port,
+        on_step=on_step,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):  # Windows has no add_signal_handler
+            loop.add_signal_handler(signum, stop.set)
+    await sim.start()
+    try:
+        _banner(sim, out)
+        await stop.wait()
+    finally:
+        await sim.stop()
+    print("simulator stopped", file=out, flush=True)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C / SIGTERM; returns the process exit code."""
+    if args.list_scenarios:
+        for name, description in list_scenarios():
+            print(f"{name:28} {description}")
+        return 0
+    if args.speed <= 0:
+        print("error: --speed must be > 0", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_serve(args, sys.stdout))
+    except (ScenarioError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry point (``python -m bridge.simulator``)."""
+    parser = argparse.ArgumentParser(
+        prog="maintenance-bridge simulate",
+        description="Local GCE metadata server / Azure Scheduled Events simulator",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
