@@ -168,9 +168,11 @@ class Simulator:
             app.add_routes(azure_routes(self))
         app.add_routes(gce_routes(self))  # GCE owns the catch-all, so it comes last
         self.stopping = asyncio.Event()
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, shutdown_timeout=1.0
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, shutdown_timeout=1.0)
+        site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         sockets = self._runner.addresses
         if self.port == 0 and sockets:
