@@ -1,0 +1,37 @@
+"""The one backoff policy: exponential with jitter, capped, never shorter than Retry-After.
+
+Used by the metadata client (retrying the metadata service) and by the dispatcher (retrying
+a sink), so the two cannot drift apart. How a Retry-After reaches the policy differs: the
+metadata client raises it inside an exception, a sink returns it inside a `Retry` result;
+`retry_after` reads either from tenacity's retry state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from tenacity import RetryCallState, wait_exponential_jitter
+
+#: A server asking us to wait longer than this is not taken literally.
+MAX_RETRY_AFTER: Final = 3600.0
+
+
+class Backoff:
+    def __init__(
+        self,
+        initial: float,
+        maximum: float,
+        retry_after: Callable[[RetryCallState], float | None],
+    ) -> None:
+        self._exponential = wait_exponential_jitter(
+            multiplier=initial, max=maximum, jitter=initial
+        )
+        self._retry_after = retry_after
+
+    def __call__(self, state: RetryCallState) -> float:
+        delay = float(self._exponential(state))
+        asked = self._retry_after(state)
+        if asked is not None:
+            delay = max(delay, min(asked, MAX_RETRY_AFTER))
+        return delay

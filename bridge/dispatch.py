@@ -1,0 +1,205 @@
+"""Delivery: one worker per sink drains that sink's queue in the spool, oldest first.
+
+The dispatcher owns every retry, so all sinks share one policy: exponential backoff with
+jitter capped at `delivery.retry_max`, never shorter than the sink's Retry-After, and no
+total deadline (a sink down for an hour gets its events when it comes back). `Reject` moves
+the batch to the dead-letter table, after splitting a multi-event batch so that one bad
+event does not condemn its neighbours. A sink that raises instead of returning a result is
+treated as a transient failure and logged with its traceback: a bug in one sink must not
+stop delivery to the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_never
+
+from bridge.backoff import Backoff
+
+from bridge.events import parse
+from bridge.spool import Spool, SpoolError, Spooled
+from sinks.base import Ok, Reject, Result, Retry, Sink
+
+log = logging.getLogger("bridge.dispatch")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass
+class SinkStats:
+    delivered: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    last_error: str | None = None
+    last_success: float | None = None
+    failing_since: float | None = None
+
+
+def _retry_after_of_result(state: RetryCallState) -> float | None:
+    if state.outcome is not None and not state.outcome.failed:
+        result = state.outcome.result()
+        if isinstance(result, Retry):
+            return result.after
+    return None
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        spool: Spool,
+        sinks: Sequence[Sink],
+        *,
+        retry_initial: float = 0.5,
+        retry_max: float = 60.0,
+        sleep: Sleep | None = None,
+    ) -> None:
+        self._spool = spool
+        self.sinks = list(sinks)
+        self._retry_initial = retry_initial
+        self._retry_max = retry_max
+        self._sleep = sleep or asyncio.sleep
+        self._wakeups = {sink.name: asyncio.Event() for sink in self.sinks}
+        self._stopping = asyncio.Event()
+        self._busy: dict[str, bool] = {sink.name: False for sink in self.sinks}
+        self.stats = {sink.name: SinkStats() for sink in self.sinks}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def notify(self) -> None:
+        """New events were committed: wake every worker."""
+        for wakeup in self._wakeups.values():
+            wakeup.set()
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._worker(sink), name=f"sink:{sink.name}") for sink in self.sinks
+        ]
+
+    async def stop(self, timeout: float) -> None:
+        """Finish in-flight sends and whatever else is ready within `timeout`, then stop.
+
+        Workers that are idle or waiting out a backoff stop at once; the rest of the
+        backlog stays in the spool for the next start.
+        """
+        self._stopping.set()
+        self.notify()
+        if self._tasks:
+            _, still_running = await asyncio.wait(self._tasks, timeout=timeout)
+            for task in still_running:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if still_running:
+                log.warning("shutdown deadline reached; %d sink(s) still sending, kept in spool",
+                            len(still_running))
+        deadline_left = max(0.1, timeout)
+        await asyncio.gather(
+            *(sink.close(deadline_left) for sink in self.sinks), return_exceptions=True
+        )
+
+    async def _attempt(self, sink: Sink, batch: list[Spooled]) -> Result:
+        try:
+            return await sink.publish([parse(item.body) for item in batch])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("sink %s raised instead of returning a result", sink.name)
+            return Retry(f"sink raised {type(exc).__name__}: {exc}")
+
+    async def _interruptible_sleep(self, seconds: float) -> None:
+        """Back off, but wake up for shutdown (the batch stays spooled)."""
+        if self._stopping.is_set():
+            raise _Stop
+        sleeper = asyncio.ensure_future(self._sleep(seconds))
+        stopper = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait([sleeper, stopper], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            stopper.cancel()
+        if self._stopping.is_set():
+            raise _Stop
+
+    async def _deliver(self, sink: Sink, batch: list[Spooled]) -> Result:
+        stats = self.stats[sink.name]
+
+        async def before_sleep(state: RetryCallState) -> None:
+            result = state.outcome.result() if state.outcome else None
+            reason = result.reason if isinstance(result, Retry) else "unknown"
+            stats.retried += 1
+            stats.last_error = reason
+            stats.failing_since = stats.failing_since or time.time()
+            delay = state.next_action.sleep if state.next_action else 0.0
+            level = logging.WARNING if state.attempt_number in (1, 10) or \
+                state.attempt_number % 100 == 0 else logging.INFO
+            log.log(level, "sink %s: %s (attempt %d, %d event(s)); retrying in %.1fs",
+                    sink.name, reason, state.attempt_number, len(batch), delay)
+            with contextlib.suppress(SpoolError):
+                await self._spool.record_attempt(sink.name, [i.seq for i in batch], reason)
+
+        retrying = AsyncRetrying(
+            retry=retry_if_result(lambda r: isinstance(r, Retry)),
+            wait=Backoff(self._retry_initial, self._retry_max, _retry_after_of_result),
+            stop=stop_never,
+            sleep=self._interruptible_sleep,
+            before_sleep=before_sleep,
+        )
+        result: Result = await retrying(self._attempt, sink, batch)
+        return result
+
+    async def _worker(self, sink: Sink) -> None:
+        name = sink.name
+        stats = self.stats[name]
+        wakeup = self._wakeups[name]
+        single = False
+        while True:
+            wakeup.clear()
+            try:
+                batch = await self._spool.pending(name, 1 if single else sink.max_batch)
+            except SpoolError as exc:
+                log.error("sink %s: cannot read the spool: %s", name, exc)
+                await self._pause(5.0)
+                continue
+            if not batch:
+                single = False
+                if self._stopping.is_set():
+                    return
+                await wakeup.wait()
+                continue
+            self._busy[name] = True
+            try:
+                result = await self._deliver(sink, batch)
+            except _Stop:
+                return
+            finally:
+                self._busy[name] = False
+            seqs = [item.seq for item in batch]
+            try:
+                if isinstance(result, Ok):
+                    await self._spool.ack(name, seqs)
+                    stats.delivered += len(batch)
+                    stats.last_success = time.time()
+                    stats.failing_since = None
+                elif isinstance(result, Reject) and len(batch) > 1:
+                    single = True  # find the poisonous event(s) one by one
+                elif isinstance(result, Reject):
+                    log.error("sink %s rejected event %s for good: %s (dead-lettered)",
+                              name, batch[0].id, result.reason)
+                    await self._spool.dead_letter(name, seqs, result.reason)
+                    stats.dead_lettered += 1
+                    stats.last_error = result.reason
+            except SpoolError as exc:
+                log.error("sink %s: cannot update the spool: %s", name, exc)
+                await self._pause(5.0)
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(_Stop):
+            await self._interruptible_sleep(seconds)
+
+
+class _Stop(Exception):
+    """Raised inside a backoff when shutdown begins."""

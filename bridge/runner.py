@@ -1,0 +1,164 @@
+"""The running bridge: watchers feed the spool, the dispatcher drains it into the sinks.
+
+One direction only. A watcher's update (its notices and its checkpoint) is committed to the
+spool before any sink is told; if the commit fails (disk full) it is retried with backoff
+while the watcher stays paused at that update, so nothing is announced that is not on disk
+and nothing observed is dropped. A watcher that fails unexpectedly is rebuilt from its last
+committed checkpoint after a backoff instead of taking the process down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cloudevents.core.v1.event import CloudEvent
+
+from bridge.config import Config
+from bridge.dispatch import Dispatcher
+from bridge.events import serialize, to_cloudevent
+from bridge.model import Notice, Status
+from bridge.spool import NewEvent, Spool, SpoolError
+from bridge.watchers.base import Update, Watcher
+from sinks import registry
+from sinks.base import Sink
+
+log = logging.getLogger("bridge")
+
+ProviderName = Literal["gce", "azure"]
+WatcherFactory = Callable[[dict[str, Any] | None], Watcher]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def watcher_factory(
+    config: Config, provider: ProviderName, **client_options: Any
+) -> WatcherFactory:
+    """A function that builds the provider's watcher from a checkpoint.
+
+    `client_options` go to the metadata client (tests shorten its backoff).
+    """
+    if provider == "gce":
+        from bridge.watchers import gce
+
+        def build_gce(checkpoint: dict[str, Any] | None) -> Watcher:
+            client = gce.new_client(config.source.gce, **client_options)
+            return gce.GceWatcher(client, config.source.gce, checkpoint)
+
+        return build_gce
+    from bridge.watchers import azure
+
+    def build_azure(checkpoint: dict[str, Any] | None) -> Watcher:
+        client = azure.new_client(config.source.azure, **client_options)
+        return azure.AzureWatcher(client, config.source.azure, checkpoint)
+
+    return build_azure
+
+
+def build_sinks(config: Config) -> list[Sink]:
+    return [
+        registry.create(sink_config, name)
+        for sink_config, name in zip(config.sinks, config.sink_names(), strict=True)
+    ]
+
+
+def describe(notice: Notice) -> str:
+    when = f", not before {notice.not_before:%Y-%m-%d %H:%M:%S}Z" if notice.not_before else ""
+    return (
+        f"{notice.provider.value} {notice.kind.value} {notice.status.value} "
+        f"for {notice.instance.name} ({notice.notice_id}){when}"
+    )
+
+
+@dataclass
+class Bridge:
+    """Runs until `stop` is set; see the module docstring."""
+
+    config: Config
+    factories: dict[str, WatcherFactory]
+    sinks: Sequence[Sink]
+    spool: Spool
+    sleep: Sleep = asyncio.sleep
+    dispatcher: Dispatcher = field(init=False)
+    watchers: dict[str, Watcher] = field(init=False, default_factory=dict)
+    #: The notices in force, by (watcher, notice id): what `/v1/notices` serves.
+    current: dict[tuple[str, str], CloudEvent] = field(init=False, default_factory=dict)
+    notices_seen: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        delivery = self.config.delivery
+        self.dispatcher = Dispatcher(
+            self.spool,
+            self.sinks,
+            retry_initial=delivery.retry_initial,
+            retry_max=delivery.retry_max,
+        )
+
+    async def _commit(self, name: str, update: Update) -> list[CloudEvent]:
+        events = [to_cloudevent(notice) for notice in update.notices]
+        rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
+        delay = 0.5
+        while True:
+            try:
+                await self.spool.commit(rows, {name: update.checkpoint})
+                return events
+            except SpoolError as exc:
+                log.error("cannot spool %d notice(s), retrying in %.0fs: %s", len(rows), delay, exc)
+                await self.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    def _remember(self, name: str, notice: Notice, event: CloudEvent) -> None:
+        key = (name, notice.notice_id)
+        if notice.status in (Status.COMPLETED, Status.CANCELLED):
+            self.current.pop(key, None)
+        else:
+            self.current[key] = event
+
+    async def _watch(self, name: str) -> None:
+        factory = self.factories[name]
+        delay = 1.0
+        while True:
+            watcher = factory(await self.spool.load_checkpoint(name))
+            self.watchers[name] = watcher
+            try:
+                instance = await watcher.identify()
+                log.info("watching %s instance %s (%s)", name, instance.name, instance.source)
+                async for update in watcher.watch():
+                    events = await self._commit(name, update)
+                    for notice, event in zip(update.notices, events, strict=True):
+                        self.notices_seen += 1
+                        self._remember(name, notice, event)
+                        log.info("notice: %s", describe(notice),
+                                 extra={"event_id": event.get_id(), "event_type": event.get_type()})
+                    self.dispatcher.notify()
+                    delay = 1.0
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s watcher failed; restarting it from its checkpoint in %.0fs",
+                              name, delay)
+                await self.sleep(delay)
+                delay = min(delay * 2, 60.0)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.spool.open()
+        try:
+            self.dispatcher.start()
+            self.dispatcher.notify()  # deliver what a previous run left behind
+            tasks = [
+                asyncio.create_task(self._watch(name), name=f"watch:{name}")
+                for name in self.factories
+            ]
+            stopper = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                task.cancel()
+            stopper.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            log.info("stopping: delivering in-flight events (deadline %.0fs)",
+                     self.config.delivery.shutdown_timeout)
+            await self.dispatcher.stop(self.config.delivery.shutdown_timeout)
+        finally:
+            await self.spool.close()

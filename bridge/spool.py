@@ -1,0 +1,336 @@
+"""The outbox: every CloudEvent is on disk before any sink sees it.
+
+Guarantees (SQLite in `state.dir`, WAL journal):
+- `commit` stores a watcher's new events *and* its checkpoint in one transaction with
+  `synchronous=FULL`: when it returns, both survive a power cut, and a crash before it
+  returns loses neither (the watcher, restarted from the old checkpoint, sees the same
+  transition again and announces it with the same deterministic id).
+- An event is pending once per sink configured when it was committed, and leaves a sink's
+  queue only when that sink acknowledged it (`ack`) or rejected it for good (`dead_letter`,
+  kept with the reason until replayed or purged). Sinks are independent: a dead webhook
+  holds back nobody else.
+- Within a sink, events are handed out oldest first (by `seq`), which is the order the
+  watchers observed them, so per-instance order holds.
+- Acknowledgements are written with `synchronous=NORMAL`: an ack lost in a power cut only
+  means one more delivery of an event with the same id (at-least-once), never a loss, and it
+  keeps the drain rate high.
+- Duplicate ids are ignored on insert, so a transition is spooled once however often it is
+  announced.
+
+All database work runs on one dedicated thread, so the event loop never blocks on fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+T = TypeVar("T")
+
+DB_NAME: Final = "spool.sqlite3"
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS events (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    id       TEXT NOT NULL UNIQUE,
+    source   TEXT NOT NULL,
+    type     TEXT NOT NULL,
+    created  REAL NOT NULL,
+    body     BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pending (
+    sink       TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    attempts   INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    PRIMARY KEY (sink, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dead_letters (
+    sink     TEXT NOT NULL,
+    seq      INTEGER NOT NULL,
+    reason   TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    at       REAL NOT NULL,
+    PRIMARY KEY (sink, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS watcher_state (
+    name    TEXT PRIMARY KEY,
+    state   TEXT NOT NULL,
+    updated REAL NOT NULL
+);
+"""
+
+
+class SpoolError(Exception):
+    """The spool cannot store or read (disk full, permissions, corruption)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spooled:
+    seq: int
+    id: str
+    body: bytes
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    id: str
+    source: str
+    type: str
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    sink: str
+    seq: int
+    id: str
+    type: str
+    reason: str
+    attempts: int
+    at: float
+
+
+class Spool:
+    """The SQLite outbox and the watchers' checkpoints (see the module docstring)."""
+
+    def __init__(self, directory: Path, sinks: Sequence[str]) -> None:
+        self.path = directory / DB_NAME
+        self.sinks = list(sinks)
+        self._directory = directory
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
+        self._db: sqlite3.Connection | None = None
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._db is None:
+            raise SpoolError("the spool is not open")
+        try:
+            return fn(self._db)
+        except sqlite3.OperationalError as exc:
+            if self._db.in_transaction:
+                self._db.rollback()
+            if "full" in str(exc).lower():
+                raise SpoolError(f"disk full: cannot write the spool {self.path}: {exc}") from exc
+            raise SpoolError(f"spool {self.path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            if self._db.in_transaction:
+                self._db.rollback()
+            raise SpoolError(f"spool {self.path}: {exc}") from exc
+
+    def open_sync(self) -> None:
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA busy_timeout=5000")
+            db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise SpoolError(f"cannot open the spool at {self.path}: {exc}") from exc
+        self._db = db
+
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self.open_sync)
+
+    async def close(self) -> None:
+        def _close(db: sqlite3.Connection) -> None:
+            db.close()
+
+        if self._db is not None:
+            await self._run(_close)
+            self._db = None
+        self._executor.shutdown(wait=True)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _commit(
+        db: sqlite3.Connection,
+        events: Sequence[NewEvent],
+        checkpoints: dict[str, Any],
+        sinks: Sequence[str],
+    ) -> list[int]:
+        now = time.time()
+        added: list[int] = []
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("BEGIN IMMEDIATE")
+        for event in events:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO events (id, source, type, created, body) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (event.id, event.source, event.type, now, event.body),
+            )
+            if cursor.rowcount:
+                seq = cursor.lastrowid
+                assert seq is not None
+                added.append(seq)
+                db.executemany(
+                    "INSERT INTO pending (sink, seq) VALUES (?, ?)", [(s, seq) for s in sinks]
+                )
+        for name, state in checkpoints.items():
+            db.execute(
+                "INSERT INTO watcher_state (name, state, updated) VALUES (?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET state = excluded.state, "
+                "updated = excluded.updated",
+                (name, json.dumps(state), now),
+            )
+        db.execute("COMMIT")
+        return added
+
+    async def commit(
+        self, events: Sequence[NewEvent], checkpoints: dict[str, Any] | None = None
+    ) -> list[int]:
+        """Store events and checkpoints atomically and durably; return the new seqs."""
+        sinks = list(self.sinks)
+        return await self._run(lambda db: self._commit(db, events, checkpoints or {}, sinks))
+
+    async def ack(self, sink: str, seqs: Sequence[int]) -> None:
+        def _ack(db: sqlite3.Connection) -> None:
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("DELETE FROM pending WHERE sink = ? AND seq = ?", [(sink, s) for s in seqs])
+            self._collect(db, seqs)
+            db.execute("COMMIT")
+
+        await self._run(_ack)
+
+    async def record_attempt(self, sink: str, seqs: Sequence[int], error: str) -> None:
+        def _record(db: sqlite3.Connection) -> None:
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executemany(
+                "UPDATE pending SET attempts = attempts + 1, last_error = ? "
+                "WHERE sink = ? AND seq = ?",
+                [(error, sink, s) for s in seqs],
+            )
+
+        await self._run(_record)
+
+    async def dead_letter(self, sink: str, seqs: Sequence[int], reason: str) -> None:
+        """Move events out of a sink's queue into the dead-letter table, with the reason."""
+
+        def _dead(db: sqlite3.Connection) -> None:
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("BEGIN IMMEDIATE")
+            now = time.time()
+            for seq in seqs:
+                db.execute(
+                    "INSERT OR REPLACE INTO dead_letters (sink, seq, reason, attempts, at) "
+                    "SELECT sink, seq, ?, attempts + 1, ? FROM pending WHERE sink = ? AND seq = ?",
+                    (reason, now, sink, seq),
+                )
+                db.execute("DELETE FROM pending WHERE sink = ? AND seq = ?", (sink, seq))
+            db.execute("COMMIT")
+
+        await self._run(_dead)
+
+    @staticmethod
+    def _collect(db: sqlite3.Connection, seqs: Sequence[int]) -> None:
+        """Drop event bodies that no sink needs any more."""
+        db.executemany(
+            "DELETE FROM events WHERE seq = ? "
+            "AND NOT EXISTS (SELECT 1 FROM pending WHERE pending.seq = events.seq) "
+            "AND NOT EXISTS (SELECT 1 FROM dead_letters WHERE dead_letters.seq = events.seq)",
+            [(s,) for s in seqs],
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def pending(self, sink: str, limit: int) -> list[Spooled]:
+        """The oldest events not yet acknowledged by `sink`."""
+
+        def _pending(db: sqlite3.Connection) -> list[Spooled]:
+            rows = db.execute(
+                "SELECT e.seq, e.id, e.body, p.attempts FROM pending p "
+                "JOIN events e ON e.seq = p.seq WHERE p.sink = ? ORDER BY p.seq LIMIT ?",
+                (sink, limit),
+            ).fetchall()
+            return [Spooled(seq, id_, bytes(body), attempts) for seq, id_, body, attempts in rows]
+
+        return await self._run(_pending)
+
+    async def load_checkpoint(self, name: str) -> dict[str, Any] | None:
+        def _load(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute("SELECT state FROM watcher_state WHERE name = ?", (name,)).fetchone()
+            return json.loads(row[0]) if row else None
+
+        return await self._run(_load)
+
+    async def depth(self) -> dict[str, tuple[int, float | None]]:
+        """Per sink: pending count and the creation time of its oldest pending event."""
+
+        def _depth(db: sqlite3.Connection) -> dict[str, tuple[int, float | None]]:
+            rows = db.execute(
+                "SELECT p.sink, COUNT(*), MIN(e.created) FROM pending p "
+                "JOIN events e ON e.seq = p.seq GROUP BY p.sink"
+            ).fetchall()
+            return {sink: (count, oldest) for sink, count, oldest in rows}
+
+        return await self._run(_depth)
+
+    async def dead_letters(self, sink: str | None = None) -> list[DeadLetter]:
+        def _list(db: sqlite3.Connection) -> list[DeadLetter]:
+            query = (
+                "SELECT d.sink, d.seq, e.id, e.type, d.reason, d.attempts, d.at "
+                "FROM dead_letters d JOIN events e ON e.seq = d.seq"
+            )
+            args: tuple[str, ...] = ()
+            if sink is not None:
+                query += " WHERE d.sink = ?"
+                args = (sink,)
+            rows = db.execute(query + " ORDER BY d.seq", args).fetchall()
+            return [DeadLetter(*row) for row in rows]
+
+        return await self._run(_list)
+
+    async def replay(self, sink: str | None = None, seqs: Sequence[int] | None = None) -> int:
+        """Put dead letters back in their sink's queue; return how many."""
+
+        def _replay(db: sqlite3.Connection) -> int:
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("BEGIN IMMEDIATE")
+            rows = db.execute("SELECT sink, seq FROM dead_letters").fetchall()
+            chosen = [
+                (s, q)
+                for s, q in rows
+                if (sink is None or s == sink) and (seqs is None or q in seqs)
+            ]
+            for s, q in chosen:
+                db.execute("INSERT OR IGNORE INTO pending (sink, seq) VALUES (?, ?)", (s, q))
+                db.execute("DELETE FROM dead_letters WHERE sink = ? AND seq = ?", (s, q))
+            db.execute("COMMIT")
+            return len(chosen)
+
+        return await self._run(_replay)
+
+    async def purge(self, sink: str | None = None, seqs: Sequence[int] | None = None) -> int:
+        """Delete dead letters for good; return how many."""
+
+        def _purge(db: sqlite3.Connection) -> int:
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("BEGIN IMMEDIATE")
+            rows = db.execute("SELECT sink, seq FROM dead_letters").fetchall()
+            chosen = [
+                (s, q)
+                for s, q in rows
+                if (sink is None or s == sink) and (seqs is None or q in seqs)
+            ]
+            db.executemany("DELETE FROM dead_letters WHERE sink = ? AND seq = ?", chosen)
+            self._collect(db, [q for _, q in chosen])
+            db.execute("COMMIT")
+            return len(chosen)
+
+        return await self._run(_purge)

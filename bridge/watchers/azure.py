@@ -1,0 +1,268 @@
+"""Azure Instance Metadata Service: Scheduled Events.
+
+Polls `/metadata/scheduledevents` (default once a second, the vendor's advice: some notices
+give only 30 s) and diffs the document by `EventId`. Events are delivered to every VM of an
+availability set or scale-set placement group, so only events whose `Resources` name this VM
+are kept. Azure has no "completed" status: an event that disappears after `Started` has
+completed, one that disappears while `Scheduled` was cancelled.
+
+After a restart the checkpoint holds the events last seen; the first poll compares against it,
+so a transition that happened while the bridge was down is announced once, and one already
+announced is not announced again. An event last seen `Scheduled` that is gone after the gap,
+with its `NotBefore` passed, ran while we were down (typically: it rebooted this VM), so it is
+announced as completed rather than cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Final
+
+import httpx
+
+from bridge.config import AzureSource
+from bridge.model import Instance, Kind, Notice, Origin, Provider, Status
+from bridge.watchers.base import Clock, Update, fingerprint, utcnow
+from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
+
+log = logging.getLogger("bridge.watchers.azure")
+
+INSTANCE_API_VERSION: Final = "2021-02-01"
+KINDS: Final = {
+    "Freeze": Kind.FREEZE,
+    "Reboot": Kind.REBOOT,
+    "Redeploy": Kind.REDEPLOY,
+    "Preempt": Kind.PREEMPT,
+    "Terminate": Kind.DELETE,
+}
+ORIGINS: Final = {"Platform": Origin.PLATFORM, "User": Origin.USER}
+
+
+def new_client(config: AzureSource, **options: Any) -> MetadataClient:
+    """A client for IMDS; `options` go to `MetadataClient` (tests: backoff).
+
+    IMDS sends no vendor response header, so none can be required of its answers.
+    """
+    options.setdefault("timeout", config.request_timeout)
+    return MetadataClient(config.imds_url, {"Metadata": "true"}, None, **options)
+
+
+def parse_not_before(value: object) -> datetime | None:
+    """RFC 1123 (`Mon, 11 Apr 2022 22:26:58 GMT`); empty once the event started."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return parsedate_to_datetime(value)
+
+
+def parse_document(body: bytes) -> tuple[int, list[dict[str, Any]]]:
+    """Validate the shape of a Scheduled Events document; ValueError when it is not one."""
+    document = json.loads(body)
+    if not isinstance(document, dict):
+        raise ValueError("the document is not a JSON object")
+    incarnation = document.get("DocumentIncarnation")
+    events = document.get("Events")
+    if not isinstance(incarnation, int) or not isinstance(events, list):
+        raise ValueError("DocumentIncarnation (int) and Events (list) are required")
+    for event in events:
+        if not isinstance(event, dict) or not isinstance(event.get("EventId"), str):
+            raise ValueError("every event needs a string EventId")
+        if not isinstance(event.get("Resources", []), list):
+            raise ValueError(f"event {event['EventId']}: Resources is not a list")
+        parse_not_before(event.get("NotBefore"))  # raises ValueError when unparseable
+    return incarnation, events
+
+
+def _parse_instance(response: httpx.Response) -> dict[str, Any]:
+    compute = response.json()["compute"]
+    if not isinstance(compute, dict) or not compute.get("name"):
+        raise ValueError("compute.name missing from /metadata/instance")
+    return compute
+
+
+class AzureWatcher:
+    """Polls Scheduled Events and announces the changes that concern this VM."""
+
+    name = "azure"
+
+    def __init__(
+        self,
+        client: MetadataClient,
+        config: AzureSource,
+        checkpoint: dict[str, Any] | None = None,
+        *,
+        clock: Clock = utcnow,
+        sleep: Sleep = _real_sleep,
+    ) -> None:
+        self._client = client
+        self._config = config
+        checkpoint = checkpoint or {}
+        self._known: dict[str, dict[str, Any]] = dict(checkpoint.get("events", {}))
+        self._incarnation: int | None = checkpoint.get("incarnation")
+        self._restored = bool(checkpoint)
+        self._clock = clock
+        self._sleep = sleep
+        self._first_call = True
+        self.instance: Instance | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self._client.stats.consecutive_failures == 0
+
+    async def identify(self) -> Instance:
+        if self.instance is not None:
+            return self.instance
+        response = await self._client.get(
+            "instance",
+            params={"api-version": INSTANCE_API_VERSION},
+            timeout=self._config.first_call_timeout,
+            validate=_parse_instance,
+        )
+        compute = _parse_instance(response)
+
+        def text(key: str) -> str | None:
+            value = compute.get(key)
+            return str(value) if value not in (None, "") else None
+
+        name = str(compute["name"])
+        resource_id = text("resourceId") or (
+            f"/subscriptions/{text('subscriptionId')}/resourceGroups/"
+            f"{text('resourceGroupName')}/providers/Microsoft.Compute/virtualMachines/{name}"
+        )
+        self.instance = Instance(
+            provider=Provider.AZURE,
+            id=text("vmId") or name,
+            name=name,
+            source=resource_id,
+            resource_id=resource_id,
+            zone=text("zone"),
+            location=text("location"),
+            subscription=text("subscriptionId"),
+            resource_group=text("resourceGroupName"),
+            scale_set=text("vmScaleSetName"),
+        )
+        return self.instance
+
+    async def _poll(self) -> tuple[int, list[dict[str, Any]]]:
+        timeout = self._config.first_call_timeout if self._first_call else None
+        response = await self._client.get(
+            "scheduledevents",
+            params={"api-version": self._config.api_version},
+            timeout=timeout,
+            validate=lambda r: parse_document(r.content),
+        )
+        self._first_call = False
+        return parse_document(response.content)
+
+    def _mine(self, events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        assert self.instance is not None
+        me = self.instance.name.casefold()
+        return {
+            event["EventId"]: event
+            for event in events
+            if any(str(r).casefold() == me for r in event.get("Resources", []))
+        }
+
+    def _notice(
+        self, event: dict[str, Any], status: Status, revision: str, not_before: datetime | None
+    ) -> Notice:
+        assert self.instance is not None
+        duration = event.get("DurationInSeconds")
+        return Notice(
+            instance=self.instance,
+            kind=KINDS.get(str(event.get("EventType")), Kind.UNKNOWN),
+            status=status,
+            notice_id=event["EventId"],
+            observed_at=self._clock(),
+            revision=revision,
+            not_before=not_before,
+            duration_seconds=duration if isinstance(duration, int) and duration >= 0 else None,
+            affected=tuple(str(r) for r in event.get("Resources", [])),
+            origin=ORIGINS.get(str(event.get("EventSource"))),
+            description=event.get("Description") or None,
+            raw=event,
+        )
+
+    def diff(self, incarnation: int, events: list[dict[str, Any]]) -> list[Notice]:
+        """Compare a document with what was last seen; update the memory; return notices."""
+        now = self._clock()
+        notices: list[Notice] = []
+        mine = self._mine(events)
+        for event_id, event in mine.items():
+            known = self._known.get(event_id)
+            status_text = event.get("EventStatus")
+            not_before = parse_not_before(event.get("NotBefore"))
+            if not_before is None and known and known.get("not_before"):
+                not_before = datetime.fromisoformat(known["not_before"])  # kept from Scheduled
+            if status_text == "Started":
+                if not known or known["status"] != "Started":
+                    notices.append(self._notice(event, Status.STARTED, "", not_before))
+                status_text = "Started"
+            else:
+                if status_text != "Scheduled":
+                    log.warning("event %s has unknown EventStatus %r; treated as Scheduled",
+                                event_id, status_text)
+                revision = fingerprint(event)
+                if not known or known.get("revision") != revision:
+                    notices.append(self._notice(event, Status.SCHEDULED, revision, not_before))
+                status_text = "Scheduled"
+            self._known[event_id] = {
+                "status": status_text,
+                "revision": fingerprint(event) if status_text == "Scheduled" else "",
+                "not_before": not_before.isoformat() if not_before else None,
+                "event": event,
+            }
+        for event_id in [e for e in self._known if e not in mine]:
+            known = self._known.pop(event_id)
+            not_before = (
+                datetime.fromisoformat(known["not_before"]) if known.get("not_before") else None
+            )
+            ran_unseen = self._restored and not_before is not None and not_before <= now
+            status = (
+                Status.COMPLETED
+                if known["status"] == "Started" or ran_unseen
+                else Status.CANCELLED
+            )
+            notices.append(self._notice(known["event"], status, "", not_before))
+        self._incarnation = incarnation
+        self._restored = False
+        return notices
+
+    def checkpoint(self) -> dict[str, Any]:
+        return json.loads(json.dumps({"incarnation": self._incarnation, "events": self._known}))
+
+    async def watch(self) -> AsyncIterator[Update]:
+        await self.identify()
+        interval = self._config.poll_interval
+        while True:
+            started = time.monotonic()
+            incarnation, events = await self._poll()
+            notices = self.diff(incarnation, events)
+            if notices:
+                yield Update(tuple(notices), self.checkpoint())
+            await self._sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    async def snapshot(self) -> list[Notice]:
+        await self.identify()
+        saved = self._known, self._incarnation, self._restored
+        self._known, self._restored = {}, False
+        try:
+            return self.diff(*await self._poll())
+        finally:
+            self._known, self._incarnation, self._restored = saved
+
+    async def approve(self, event_id: str) -> None:
+        """POST StartRequests for one event (retried like every IMDS call)."""
+        body = json.dumps({"StartRequests": [{"EventId": event_id}]}).encode()
+        await self._client.request(
+            "POST",
+            "scheduledevents",
+            params={"api-version": self._config.api_version},
+            content=body,
+        )
+

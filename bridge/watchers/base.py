@@ -1,0 +1,63 @@
+"""What every watcher yields, and the helpers their state machines share.
+
+A watcher yields `Update`s: the notices of one observed change together with the watcher's
+complete checkpoint after it. The runner commits both in one SQLite transaction, so after a
+crash the spool and the watcher's memory of what it already announced can never disagree:
+a transition is either spooled and remembered, or neither (and is then seen again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from bridge.model import Instance, Notice
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    notices: tuple[Notice, ...]
+    checkpoint: dict[str, Any] = field(default_factory=dict)
+
+
+class Watcher(Protocol):
+    #: Key of this watcher's checkpoint in the state database ("gce", "azure").
+    name: str
+
+    async def identify(self) -> Instance:
+        """Read the VM identity (retrying until the metadata service answers)."""
+        ...
+
+    def watch(self) -> AsyncIterator[Update]:
+        """Yield every change from now on, starting with what the checkpoint missed."""
+        ...
+
+    async def snapshot(self) -> list[Notice]:
+        """The notices in force right now, ignoring any checkpoint (for `once`)."""
+        ...
+
+    @property
+    def healthy(self) -> bool:
+        """False while the metadata service cannot be read (for readiness)."""
+        ...
+
+
+def fingerprint(value: Any) -> str:
+    """A short stable digest of a JSON value: the revision of a re-announced notice."""
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def episode_id(*parts: str) -> str:
+    """An id for a notice the provider does not number (GCE): key, value and first sight."""
+    return "gce-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]

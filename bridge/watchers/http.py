@@ -1,0 +1,198 @@
+"""The one HTTP client for metadata services, with the vendors' safety rules built in.
+
+Every request carries the vendor's header, never follows a redirect and never goes through a
+proxy (`trust_env=False`: HTTP_PROXY must not see metadata traffic, and a redirect or a proxy
+is exactly how a metadata request is hijacked). A response without the vendor's response
+header is refused: the thing answering is not the metadata service. Transient failures are
+retried forever with capped exponential backoff and jitter (tenacity), because the metadata
+service is the only source of the notices: giving up would mean missing one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_never
+
+from bridge.backoff import Backoff
+
+log = logging.getLogger("bridge.metadata")
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class MetadataError(Exception):
+    """The metadata service did not give a usable answer (always worth retrying)."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+@dataclass
+class RequestStats:
+    """Counters a watcher exposes for metrics and health: errors by cause, last success."""
+
+    requests: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    consecutive_failures: int = 0
+
+    def failed(self, cause: str) -> None:
+        self.errors[cause] = self.errors.get(cause, 0) + 1
+        self.consecutive_failures += 1
+
+
+def _retry_after_of_error(state: RetryCallState) -> float | None:
+    outcome = state.outcome
+    if outcome is not None and outcome.failed:
+        exc = outcome.exception()
+        if isinstance(exc, MetadataError):
+            return exc.retry_after
+    return None
+
+
+async def _real_sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+
+
+class MetadataClient:
+    """GET/POST against one metadata base URL with the vendor's header rules."""
+
+    def __init__(
+        self,
+        base_url: str,
+        request_headers: Mapping[str, str],
+        required_response_header: tuple[str, str] | None,
+        *,
+        timeout: float = 10.0,
+        retry_initial: float = 0.5,
+        retry_max: float = 30.0,
+        sleep: Sleep = _real_sleep,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self._required = required_response_header
+        self._retry_initial = retry_initial
+        self._retry_max = retry_max
+        self._sleep = sleep
+        self.stats = RequestStats()
+        self._client = httpx.AsyncClient(
+            base_url=base_url,
+            headers=dict(request_headers),
+            timeout=httpx.Timeout(timeout),
+            follow_redirects=False,
+            trust_env=False,
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def request_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        timeout: float | None = None,
+        accept: Collection[int] = (200,),
+    ) -> httpx.Response:
+        """One attempt; raises `MetadataError` unless the status is in `accept`."""
+        self.stats.requests += 1
+        extra: dict[str, Any] = {}
+        if timeout is not None:
+            extra["timeout"] = httpx.Timeout(timeout)
+        try:
+            response = await self._client.request(
+                method, path, params=params, content=content, **extra
+            )
+        except httpx.TimeoutException as exc:
+            self.stats.failed("timeout")
+            raise MetadataError(f"{method} {path}: timed out ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            self.stats.failed("connection")
+            raise MetadataError(f"{method} {path}: {exc or type(exc).__name__}") from exc
+        if 300 <= response.status_code < 400:
+            self.stats.failed("redirect")
+            raise MetadataError(
+                f"{method} {path}: refused redirect to {response.headers.get('location', '?')}",
+                response.status_code,
+            )
+        if self._required is not None:
+            name, value = self._required
+            if response.headers.get(name) != value:
+                self.stats.failed("missing-vendor-header")
+                raise MetadataError(
+                    f"{method} {path}: refused a response without '{name}: {value}' "
+                    f"(HTTP {response.status_code}); is something else answering?",
+                    response.status_code,
+                )
+        if response.status_code not in accept:
+            self.stats.failed(str(response.status_code))
+            raise MetadataError(
+                f"{method} {path}: HTTP {response.status_code}: {response.text[:200]!r}",
+                response.status_code,
+                _retry_after(response),
+            )
+        self.stats.consecutive_failures = 0
+        return response
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        timeout: float | None = None,
+        accept: Collection[int] = (200,),
+        validate: Callable[[httpx.Response], object] | None = None,
+    ) -> httpx.Response:
+        """Like `request_once`, retried until it succeeds (and `validate` does not raise)."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(MetadataError),
+            wait=Backoff(self._retry_initial, self._retry_max, _retry_after_of_error),
+            stop=stop_never,
+            sleep=self._sleep,
+            before_sleep=_log_retry,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                response = await self.request_once(
+                    method, path, params=params, content=content, timeout=timeout, accept=accept
+                )
+                if validate is not None:
+                    try:
+                        validate(response)
+                    except (ValueError, KeyError, TypeError) as exc:
+                        self.stats.failed("malformed")
+                        raise MetadataError(
+                            f"{method} {path}: malformed answer: {exc}", response.status_code
+                        ) from exc
+                return response
+        raise AssertionError("unreachable: stop_never")  # pragma: no cover
+
+    async def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return await self.request("GET", path, **kwargs)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after", "").strip()
+    return float(value) if value.isdigit() else None
+
+
+def _log_retry(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome else None
+    delay = state.next_action.sleep if state.next_action else 0.0
+    level = logging.WARNING if state.attempt_number in (1, 5) or state.attempt_number % 50 == 0 else logging.DEBUG
+    log.log(level, "metadata request failed (attempt %d), retrying in %.1fs: %s",
+            state.attempt_number, delay, exc)

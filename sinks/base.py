@@ -1,0 +1,111 @@
+"""The `Sink` interface every delivery target implements, and the outcomes it reports.
+
+A sink only talks to its bus: it classifies each attempt as `Ok`, `Retry` or `Reject` and
+never sleeps, retries or spools. The dispatcher owns retries, backoff, the spool and the
+dead-letter table, so every sink gets the same delivery guarantees for free, and a sink that
+swallowed failures (a "send" that logs and returns) cannot exist here.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from cloudevents.core.v1.event import CloudEvent
+from pydantic import BaseModel, ConfigDict
+
+
+@dataclass(frozen=True, slots=True)
+class Ok:
+    """The bus acknowledged every event of the batch."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A transient failure: try the same batch again, not before `after` seconds if given."""
+
+    reason: str
+    after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """A permanent failure: the batch will never be accepted as it is (dead-letter it)."""
+
+    reason: str
+
+
+Result = Ok | Retry | Reject
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    ok: bool
+    detail: str
+
+
+class SinkClosedError(RuntimeError):
+    """Raised by `publish` after `close`: a programming error, not a delivery failure."""
+
+
+class SinkConfig(BaseModel):
+    """Keys every `[[sinks]]` entry accepts; each sink adds its own and forbids the rest."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str
+    name: str | None = None
+
+    def display_name(self, index: int) -> str:
+        """The name used in logs, metrics and the spool: `name`, else `<type>` or `<type>-<n>`."""
+        if self.name:
+            return self.name
+        return self.type if index == 0 else f"{self.type}-{index}"
+
+
+class Sink(abc.ABC):
+    """Base class of all sinks: closing is idempotent and publishing after close is refused."""
+
+    #: How many events the dispatcher may hand to one `publish` call.
+    max_batch: ClassVar[int] = 1
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._closed = False
+
+    async def publish(self, batch: Sequence[CloudEvent]) -> Result:
+        """Deliver `batch` in order and say how it went; never raises for delivery failures."""
+        if self._closed:
+            raise SinkClosedError(f"sink {self.name!r} is closed")
+        if not batch:
+            return Ok()
+        return await self._publish(batch)
+
+    async def flush(self, timeout: float) -> None:
+        """Wait, at most `timeout` seconds, for anything the sink buffers itself."""
+
+    async def close(self, timeout: float) -> None:
+        """Flush within `timeout` and release the connection; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._close(timeout)
+
+    async def healthcheck(self) -> Health:
+        """Whether the target is reachable and accepts our credentials (for readiness/doctor)."""
+        return Health(True, "no check for this sink")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @abc.abstractmethod
+    async def _publish(self, batch: Sequence[CloudEvent]) -> Result: ...
+
+    async def _close(self, timeout: float) -> None:
+        """Release resources; called once."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

@@ -1,0 +1,63 @@
+"""Finds the module of a sink type: built-ins by name, third-party ones by entry point.
+
+A sink module exposes `Config` (a `SinkConfig` subclass) and `create(config, name)`. Only
+the modules of configured types are imported, and those import their SDKs lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Final
+
+from sinks.base import Sink, SinkConfig
+
+ENTRY_POINT_GROUP: Final = "maintenance_bridge.sinks"
+BUILTIN: Final = {
+    "stdout": "sinks.stdout",
+    "file": "sinks.file",
+    "webhook": "sinks.webhook",
+    "memory": "sinks.memory",
+    "pubsub": "sinks.pubsub",
+    "eventhubs": "sinks.eventhubs",
+}
+
+
+class UnknownSinkTypeError(LookupError):
+    pass
+
+
+def known_types() -> list[str]:
+    from importlib.metadata import entry_points
+
+    return sorted(set(BUILTIN) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def module_for(sink_type: str) -> ModuleType:
+    if sink_type in BUILTIN:
+        try:
+            return importlib.import_module(BUILTIN[sink_type])
+        except ModuleNotFoundError as exc:
+            if exc.name == BUILTIN[sink_type]:
+                raise UnknownSinkTypeError(
+                    f"sink type {sink_type!r} is not available in this build"
+                ) from exc
+            raise
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP, name=sink_type):
+        module: ModuleType = ep.load()
+        return module
+    raise UnknownSinkTypeError(
+        f"unknown sink type {sink_type!r}; known: {', '.join(known_types())}"
+    )
+
+
+def config_model(sink_type: str) -> type[SinkConfig]:
+    model: type[SinkConfig] = module_for(sink_type).Config
+    return model
+
+
+def create(config: SinkConfig, name: str) -> Sink:
+    sink: Sink = module_for(config.type).create(config, name)
+    return sink

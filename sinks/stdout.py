@@ -1,0 +1,43 @@
+"""Writes each event as one JSON line to standard output (the demo's sink, and `once`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Literal
+
+from cloudevents.core.v1.event import CloudEvent
+
+from bridge.events import serialize
+from sinks.base import Ok, Result, Retry, Sink, SinkConfig
+
+
+class Config(SinkConfig):
+    type: Literal["stdout"] = "stdout"
+    pretty: bool = False
+
+
+class StdoutSink(Sink):
+    max_batch = 100
+
+    def __init__(self, name: str, pretty: bool = False) -> None:
+        super().__init__(name)
+        self._pretty = pretty
+
+    async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+        import json
+
+        try:
+            for event in batch:
+                line = serialize(event).decode()
+                if self._pretty:
+                    line = json.dumps(json.loads(line), indent=2)
+                sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except OSError as exc:  # a closed pipe is transient from our point of view
+            return Retry(f"cannot write to stdout: {exc}")
+        return Ok()
+
+
+def create(config: Config, name: str) -> StdoutSink:
+    return StdoutSink(name, pretty=config.pretty)

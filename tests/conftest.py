@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bridge.simulator import Simulator
+
+
+@pytest.fixture
+async def gce_sim() -> AsyncIterator[Simulator]:
+    async with Simulator(provider="gce") as sim:
+        yield sim
+
+
+@pytest.fixture
+async def azure_sim() -> AsyncIterator[Simulator]:
+    async with Simulator(provider="azure") as sim:
+        sim.faults.set(provider="azure", rate_limit=False)
+        yield sim
