@@ -1,0 +1,200 @@
+"""The spool and the dispatcher: at-least-once, in order, dead letters, independent sinks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+from cloudevents.core.v1.event import CloudEvent
+
+from bridge.dispatch import Dispatcher
+from bridge.events import serialize
+from bridge.spool import NewEvent, Spool
+from sinks.base import Reject, Result, Retry
+from sinks.memory import MemorySink
+from tests.factories import instance, sample_events
+
+
+def rows(events: Sequence[CloudEvent]) -> list[NewEvent]:
+    return [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
+
+
+@pytest.fixture
+async def spool(tmp_path: Path) -> AsyncIterator[Spool]:
+    spool = Spool(tmp_path, ["a", "b"])
+    await spool.open()
+    yield spool
+    await spool.close()
+
+
+class Sleeps:
+    """Records the backoff the dispatcher asks for instead of waiting it out."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        await asyncio.sleep(0)
+
+
+async def drain(spool: Spool, sinks: Sequence[MemorySink], sleep: Sleeps | None = None,
+                count: int = 0) -> Dispatcher:
+    """Run a dispatcher until the first sink holds `count` events (the others as many as
+    they were due), then stop it."""
+    dispatcher = Dispatcher(spool, sinks, retry_initial=0.5, retry_max=8, sleep=sleep)
+    dispatcher.start()
+    dispatcher.notify()
+    await sinks[0].wait_for(count, timeout=5)
+    await dispatcher.stop(1.0)
+    return dispatcher
+
+
+async def test_committed_events_are_delivered_in_order_then_removed(spool: Spool) -> None:
+    events = sample_events(6)
+    assert len(await spool.commit(rows(events))) == 6
+    a, b = MemorySink("a"), MemorySink("b")
+    await drain(spool, [a, b], count=6)
+    assert [e.get_id() for e in a.events] == [e.get_id() for e in events]
+    assert [e.get_id() for e in b.events] == [e.get_id() for e in events]
+    assert await spool.depth() == {}
+
+
+async def test_a_duplicate_id_is_spooled_once(spool: Spool) -> None:
+    (event,) = sample_events(1)
+    assert len(await spool.commit(rows([event]))) == 1
+    assert await spool.commit(rows([event])) == []
+    assert (await spool.depth())["a"][0] == 1
+
+
+async def test_transient_failures_are_retried_with_backoff_and_retry_after(spool: Spool) -> None:
+    await spool.commit(rows(sample_events(1)))
+    a, b = MemorySink("a"), MemorySink("b")
+    a.fail_next(Retry("503"), Retry("429", after=30.0), Retry("timeout"))
+    sleeps = Sleeps()
+    dispatcher = await drain(spool, [a, b], sleeps, count=1)
+    assert len(a.events) == 1 and a.attempts == 4
+    assert len(sleeps.asked) == 3
+    assert sleeps.asked[1] >= 30.0  # Retry-After is a floor
+    assert sleeps.asked[0] <= 1.0 and sleeps.asked[2] <= 8.0  # exponential, capped
+    assert dispatcher.stats["a"].retried == 3
+
+
+async def test_a_dead_sink_holds_back_nobody_else(spool: Spool) -> None:
+    await spool.commit(rows(sample_events(4)))
+    dead, alive = MemorySink("a"), MemorySink("b")
+    dead.fail_next(*[Retry("connection refused")] * 1000)
+    dispatcher = Dispatcher(spool, [dead, alive], retry_initial=0.01, retry_max=0.02)
+    dispatcher.start()
+    dispatcher.notify()
+    await alive.wait_for(4)
+    await dispatcher.stop(0.5)
+    assert dead.events == []
+    depth = await spool.depth()
+    assert depth["a"][0] == 4 and "b" not in depth  # kept for the dead sink only
+
+
+async def test_rejected_event_is_dead_lettered_and_replayable(spool: Spool) -> None:
+    events = sample_events(3)
+    await spool.commit(rows(events))
+    a, b = MemorySink("a"), MemorySink("b")
+    a.fail_next(Reject("HTTP 400 bad request"))
+    a.max_batch = 1  # type: ignore[misc]
+    await drain(spool, [a, b], count=2)
+    letters = await spool.dead_letters()
+    assert [(d.sink, d.id, d.reason) for d in letters] == [
+        ("a", events[0].get_id(), "HTTP 400 bad request")
+    ]
+    assert await spool.replay("a") == 1
+    again = MemorySink("a")
+    await drain(spool, [again, MemorySink("b")], count=1)
+    assert [e.get_id() for e in again.events] == [events[0].get_id()]
+    assert await spool.dead_letters() == []
+
+
+async def test_one_poisonous_event_does_not_condemn_its_batch(spool: Spool) -> None:
+    events = sample_events(3)
+    await spool.commit(rows(events))
+
+    class Picky(MemorySink):
+        async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+            if any(e.get_id() == events[1].get_id() for e in batch):
+                return Reject("too large")
+            return await super()._publish(batch)
+
+    picky = Picky("a")
+    await drain(spool, [picky, MemorySink("b")], count=2)
+    assert [e.get_id() for e in picky.events] == [events[0].get_id(), events[2].get_id()]
+    assert [d.id for d in await spool.dead_letters("a")] == [events[1].get_id()]
+
+
+async def test_purge_deletes_dead_letters_for_good(spool: Spool) -> None:
+    await spool.commit(rows(sample_events(1)))
+    a = MemorySink("a")
+    a.fail_next(Reject("HTTP 404"))
+    await drain(spool, [a, MemorySink("b")], count=0)
+    assert await spool.purge() == 1
+    assert await spool.dead_letters() == []
+
+
+async def test_a_sink_that_raises_is_retried_not_fatal(spool: Spool) -> None:
+    await spool.commit(rows(sample_events(1)))
+
+    class Buggy(MemorySink):
+        calls = 0
+
+        async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+            Buggy.calls += 1
+            if Buggy.calls == 1:
+                raise RuntimeError("bug")
+            return await super()._publish(batch)
+
+    buggy = Buggy("a")
+    await drain(spool, [buggy, MemorySink("b")], Sleeps(), count=1)
+    assert len(buggy.events) == 1
+
+
+async def test_order_per_instance_is_kept(spool: Spool) -> None:
+    mixed = []
+    for a, b in zip(sample_events(5, instance("vm-a")), sample_events(5, instance("vm-b")),
+                    strict=True):
+        mixed += [a, b]
+    await spool.commit(rows(mixed))
+    sink = MemorySink("a")
+    sink.fail_next(Retry("blip"))
+    await drain(spool, [sink, MemorySink("b")], Sleeps(), count=10)
+    for vm in ("vm-a", "vm-b"):
+        got = [e.get_id() for e in sink.events if e.get_subject() == vm]
+        assert got == [e.get_id() for e in mixed if e.get_subject() == vm]
+
+
+async def test_stop_returns_within_the_deadline_and_keeps_the_backlog(spool: Spool) -> None:
+    await spool.commit(rows(sample_events(50)))
+
+    class Slow(MemorySink):
+        max_batch = 1
+
+        async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+            await asyncio.sleep(0.05)
+            return await super()._publish(batch)
+
+    slow = Slow("a")
+    dispatcher = Dispatcher(spool, [slow, MemorySink("b")])
+    dispatcher.start()
+    dispatcher.notify()
+    await slow.wait_for(3)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await dispatcher.stop(0.3)
+    assert loop.time() - started < 1.0
+    delivered = len(slow.events)
+    assert delivered < 50
+    assert (await spool.depth())["a"][0] == 50 - delivered  # the rest is kept, none lost
+
+
+async def test_checkpoint_and_events_commit_together(spool: Spool) -> None:
+    await spool.commit(rows(sample_events(1)), {"gce": {"instance/maintenance-event": {"v": 1}}})
+    assert await spool.load_checkpoint("gce") == {"instance/maintenance-event": {"v": 1}}
+    assert await spool.load_checkpoint("azure") is None
