@@ -24,9 +24,7 @@ class Backoff:
         maximum: float,
         retry_after: Callable[[RetryCallState], float | None],
     ) -> None:
-        self._exponential = wait_exponential_jitter(
-            multiplier=initial, max=maximum, jitter=initial
-        )
+        self._exponential = wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial)
         self._retry_after = retry_after
 
     def __call__(self, state: RetryCallState) -> float:

@@ -12,10 +12,13 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge import __version__
 from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
+
+if TYPE_CHECKING:
+    from bridge.runner import ProviderName
 
 log = logging.getLogger("bridge")
 
@@ -35,7 +38,10 @@ Run it on a VM:                    maintenance-bridge run --config /etc/maintena
 
 def _add_config_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", "-c", type=Path, default=None,
+        "--config",
+        "-c",
+        type=Path,
+        default=None,
         help=f"TOML configuration file (default: ${CONFIG_ENV}; without either, built-in "
         "defaults: auto-detect the cloud, print events to stdout)",
     )
@@ -50,11 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--log-format", choices=["auto", "text", "json"], default="auto",
-                        help="log lines on stderr: text on a terminal, JSON lines otherwise "
-                        "(default: auto)")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="more detail in the log (-vv for debug)")
+    parser.add_argument(
+        "--log-format",
+        choices=["auto", "text", "json"],
+        default="auto",
+        help="log lines on stderr: text on a terminal, JSON lines otherwise (default: auto)",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more detail in the log (-vv for debug)"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run = commands.add_parser("run", help="watch for notices and deliver them (the sidecar)")
@@ -66,24 +76,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arg(once)
 
     demo = commands.add_parser(
-        "demo", help="run the bridge against the built-in simulator and print the events",
+        "demo",
+        help="run the bridge against the built-in simulator and print the events",
         description="Start the simulator with a scenario that plays GCE and Azure notices, "
         "point the bridge at it, and print every CloudEvent it delivers. No cloud account, "
         "no configuration; stops by itself when the scenario is over (or on Ctrl-C).",
     )
     demo.add_argument("--scenario", default="demo", help="scenario name or file (default: demo)")
-    demo.add_argument("--speed", type=float, default=1.0,
-                      help="play the scenario this many times faster (default: 1)")
+    demo.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="play the scenario this many times faster (default: 1)",
+    )
     demo.add_argument("--pretty", action="store_true", help="indent the printed JSON")
 
     commands.add_parser("schema", help="print the JSON Schema of the events (version 1)")
 
     validate = commands.add_parser("validate-config", help="check a configuration file")
-    validate.add_argument("path", type=Path, nargs="?", default=None,
-                          help=f"file to check (default: ${CONFIG_ENV})")
+    validate.add_argument(
+        "path", type=Path, nargs="?", default=None, help=f"file to check (default: ${CONFIG_ENV})"
+    )
 
     simulate = commands.add_parser(
-        "simulate", help="serve a local simulator of the GCE and Azure metadata services",
+        "simulate",
+        help="serve a local simulator of the GCE and Azure metadata services",
         description="Serve the GCE metadata server and Azure Scheduled Events on localhost, "
         "playing a scripted scenario; drive it live through /_sim/ (see README).",
     )
@@ -100,8 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         _add_config_arg(sub)
         sub.add_argument("--sink", help="only this sink")
         if action != "list":
-            sub.add_argument("--seq", type=int, action="append",
-                             help="only this spool sequence number (repeatable)")
+            sub.add_argument(
+                "--seq",
+                type=int,
+                action="append",
+                help="only this spool sequence number (repeatable)",
+            )
     return parser
 
 
@@ -111,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _load(path: Path | None) -> Config:
     config, _ = load_config(path)
     if not config.sinks:
-        config = config.model_copy(update={"sinks": parse_config({"sinks": [{"type": "stdout"}]}).sinks})
+        config = config.model_copy(
+            update={"sinks": parse_config({"sinks": [{"type": "stdout"}]}).sinks}
+        )
     return config
 
 
@@ -119,8 +142,10 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
 
     def first(signum: int) -> None:
-        log.info("received %s: shutting down (send it again to exit at once)",
-                 signal.Signals(signum).name)
+        log.info(
+            "received %s: shutting down (send it again to exit at once)",
+            signal.Signals(signum).name,
+        )
         stop.set()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: os._exit(128 + signum))
@@ -129,7 +154,7 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, first, sig)
 
 
-async def _detect_forever(config: Config) -> str:
+async def _detect_forever(config: Config) -> ProviderName:
     from bridge.watchers.detect import DetectionError, detect
 
     delay = 2.0
@@ -151,7 +176,7 @@ async def _run(config: Config, stop: asyncio.Event | None = None) -> int:
     provider = await _detect_forever(config)
     sinks = build_sinks(config)
     spool = Spool(config.state.dir, [sink.name for sink in sinks])
-    bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)  # type: ignore[arg-type]
+    bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
     await bridge.run(stop)
     return EXIT_OK
 
@@ -173,31 +198,40 @@ async def _once(config: Config) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    from bridge.runner import Bridge, watcher_factory
+    from bridge.runner import Bridge, WatcherFactory, watcher_factory
     from bridge.simulator import Simulator
     from bridge.spool import Spool
     from sinks.stdout import StdoutSink
 
     async with Simulator(provider="both", scenario=args.scenario, speed=args.speed) as sim:
         with tempfile.TemporaryDirectory(prefix="maintenance-bridge-demo-") as state_dir:
-            config = parse_config({
-                "source": {
-                    "gce": {"metadata_url": sim.gce_url, "long_poll_timeout": 30},
-                    "azure": {"imds_url": sim.azure_url, "poll_interval": 1.0},
-                },
-                "state": {"dir": state_dir},
-                "delivery": {"shutdown_timeout": 2.0},
-            })
+            config = parse_config(
+                {
+                    "source": {
+                        "gce": {"metadata_url": sim.gce_url, "long_poll_timeout": 30},
+                        "azure": {"imds_url": sim.azure_url, "poll_interval": 1.0},
+                    },
+                    "state": {"dir": state_dir},
+                    "delivery": {"shutdown_timeout": 2.0},
+                }
+            )
             sink = StdoutSink("stdout", pretty=args.pretty)
             spool = Spool(Path(state_dir), [sink.name])
-            factories = {p: watcher_factory(config, p) for p in ("gce", "azure")}
-            bridge = Bridge(config, factories, [sink], spool)  # type: ignore[arg-type]
+            factories: dict[str, WatcherFactory] = {
+                "gce": watcher_factory(config, "gce"),
+                "azure": watcher_factory(config, "azure"),
+            }
+            bridge = Bridge(config, factories, [sink], spool)
             stop = asyncio.Event()
             _install_signal_handlers(stop)
-            log.info("simulator at %s, playing scenario %r at speed %g (Ctrl-C to stop)",
-                     sim.base_url, args.scenario, args.speed)
+            log.info(
+                "simulator at %s, playing scenario %r at speed %g (Ctrl-C to stop)",
+                sim.base_url,
+                args.scenario,
+                args.speed,
+            )
             runner = asyncio.create_task(bridge.run(stop))
-            while not stop.is_set() and sim.pending_steps():
+            while not stop.is_set() and sim.pending_steps:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.5)
             if not stop.is_set():
@@ -225,18 +259,26 @@ async def _spool(args: argparse.Namespace, config: Config) -> int:
             for sink, (count, oldest) in sorted(depth.items()):
                 if args.sink and sink != args.sink:
                     continue
-                age = f", oldest {dt.datetime.fromtimestamp(oldest, dt.UTC):%Y-%m-%d %H:%M:%S}Z" if oldest else ""
+                age = (
+                    f", oldest {dt.datetime.fromtimestamp(oldest, dt.UTC):%Y-%m-%d %H:%M:%S}Z"
+                    if oldest
+                    else ""
+                )
                 print(f"pending  {sink}: {count} event(s){age}")
             letters = await spool.dead_letters(args.sink)
             print(f"dead letters: {len(letters)}")
             for d in letters:
                 when = dt.datetime.fromtimestamp(d.at, dt.UTC)
-                print(f"  seq={d.seq} sink={d.sink} id={d.id} type={d.type} attempts={d.attempts} "
-                      f"at={when:%Y-%m-%d %H:%M:%S}Z reason={d.reason}")
+                print(
+                    f"  seq={d.seq} sink={d.sink} id={d.id} type={d.type} attempts={d.attempts} "
+                    f"at={when:%Y-%m-%d %H:%M:%S}Z reason={d.reason}"
+                )
         elif args.spool_command == "replay":
             count = await spool.replay(args.sink, args.seq)
-            print(f"replayed {count} event(s); a running bridge delivers them at its next wake-up"
-                  " or start")
+            print(
+                f"replayed {count} event(s); a running bridge delivers them at its next wake-up"
+                " or start"
+            )
         else:
             count = await spool.purge(args.sink, args.seq)
             print(f"purged {count} dead-lettered event(s)")
@@ -267,8 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "validate-config":
             config, path = load_config(args.path)
             where = path or "defaults and environment"
-            print(f"{where}: valid ({len(config.sinks)} sink(s): "
-                  f"{', '.join(config.sink_names()) or 'none, stdout will be used'})")
+            print(
+                f"{where}: valid ({len(config.sinks)} sink(s): "
+                f"{', '.join(config.sink_names()) or 'none, stdout will be used'})"
+            )
             return EXIT_OK
         config = _load(args.config)
         runners: dict[str, Any] = {

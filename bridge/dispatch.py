@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_never
 
 from bridge.backoff import Backoff
-
 from bridge.events import parse
-from bridge.spool import Spool, SpoolError, Spooled
+from bridge.spool import Spool, Spooled, SpoolError
 from sinks.base import Ok, Reject, Result, Retry, Sink
 
 log = logging.getLogger("bridge.dispatch")
@@ -94,8 +93,10 @@ class Dispatcher:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             if still_running:
-                log.warning("shutdown deadline reached; %d sink(s) still sending, kept in spool",
-                            len(still_running))
+                log.warning(
+                    "shutdown deadline reached; %d sink(s) still sending, kept in spool",
+                    len(still_running),
+                )
         deadline_left = max(0.1, timeout)
         await asyncio.gather(
             *(sink.close(deadline_left) for sink in self.sinks), return_exceptions=True
@@ -134,10 +135,20 @@ class Dispatcher:
             stats.last_error = reason
             stats.failing_since = stats.failing_since or time.time()
             delay = state.next_action.sleep if state.next_action else 0.0
-            level = logging.WARNING if state.attempt_number in (1, 10) or \
-                state.attempt_number % 100 == 0 else logging.INFO
-            log.log(level, "sink %s: %s (attempt %d, %d event(s)); retrying in %.1fs",
-                    sink.name, reason, state.attempt_number, len(batch), delay)
+            level = (
+                logging.WARNING
+                if state.attempt_number in (1, 10) or state.attempt_number % 100 == 0
+                else logging.INFO
+            )
+            log.log(
+                level,
+                "sink %s: %s (attempt %d, %d event(s)); retrying in %.1fs",
+                sink.name,
+                reason,
+                state.attempt_number,
+                len(batch),
+                delay,
+            )
             with contextlib.suppress(SpoolError):
                 await self._spool.record_attempt(sink.name, [i.seq for i in batch], reason)
 
@@ -187,8 +198,12 @@ class Dispatcher:
                 elif isinstance(result, Reject) and len(batch) > 1:
                     single = True  # find the poisonous event(s) one by one
                 elif isinstance(result, Reject):
-                    log.error("sink %s rejected event %s for good: %s (dead-lettered)",
-                              name, batch[0].id, result.reason)
+                    log.error(
+                        "sink %s rejected event %s for good: %s (dead-lettered)",
+                        name,
+                        batch[0].id,
+                        result.reason,
+                    )
                     await self._spool.dead_letter(name, seqs, result.reason)
                     stats.dead_lettered += 1
                     stats.last_error = result.reason

@@ -130,15 +130,19 @@ class Bridge:
                     for notice, event in zip(update.notices, events, strict=True):
                         self.notices_seen += 1
                         self._remember(name, notice, event)
-                        log.info("notice: %s", describe(notice),
-                                 extra={"event_id": event.get_id(), "event_type": event.get_type()})
+                        log.info(
+                            "notice: %s",
+                            describe(notice),
+                            extra={"event_id": event.get_id(), "event_type": event.get_type()},
+                        )
                     self.dispatcher.notify()
                     delay = 1.0
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("%s watcher failed; restarting it from its checkpoint in %.0fs",
-                              name, delay)
+                log.exception(
+                    "%s watcher failed; restarting it from its checkpoint in %.0fs", name, delay
+                )
                 await self.sleep(delay)
                 delay = min(delay * 2, 60.0)
 
@@ -152,13 +156,15 @@ class Bridge:
                 for name in self.factories
             ]
             stopper = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            _done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for task in tasks:
                 task.cancel()
             stopper.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            log.info("stopping: delivering in-flight events (deadline %.0fs)",
-                     self.config.delivery.shutdown_timeout)
+            log.info(
+                "stopping: delivering in-flight events (deadline %.0fs)",
+                self.config.delivery.shutdown_timeout,
+            )
             await self.dispatcher.stop(self.config.delivery.shutdown_timeout)
         finally:
             await self.spool.close()

@@ -202,7 +202,9 @@ class Spool:
         def _ack(db: sqlite3.Connection) -> None:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("BEGIN IMMEDIATE")
-            db.executemany("DELETE FROM pending WHERE sink = ? AND seq = ?", [(sink, s) for s in seqs])
+            db.executemany(
+                "DELETE FROM pending WHERE sink = ? AND seq = ?", [(sink, s) for s in seqs]
+            )
             self._collect(db, seqs)
             db.execute("COMMIT")
 

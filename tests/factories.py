@@ -25,9 +25,14 @@ def instance(name: str) -> Instance:
     """Another GCE VM, for per-instance ordering tests."""
     resource = f"projects/sim-project/zones/us-central1-a/instances/{name}"
     return Instance(
-        provider=Provider.GCE, id=str(abs(hash(name)) % 10**18), name=name,
-        source=f"//compute.googleapis.com/{resource}", resource_id=resource,
-        zone="us-central1-a", location="us-central1", project="sim-project",
+        provider=Provider.GCE,
+        id=str(abs(hash(name)) % 10**18),
+        name=name,
+        source=f"//compute.googleapis.com/{resource}",
+        resource_id=resource,
+        zone="us-central1-a",
+        location="us-central1",
+        project="sim-project",
     )
 
 
@@ -50,8 +55,11 @@ def sample_notices(count: int, vm: Instance = GCE_VM) -> list[Notice]:
                 affected=(vm.name,),
                 origin=Origin.PLATFORM,
                 description="Host maintenance: live migration begins in about 60 s",
-                raw={"key": "instance/maintenance-event", "value": "MIGRATE_ON_HOST_MAINTENANCE",
-                     "etag": f"{i:016x}"},
+                raw={
+                    "key": "instance/maintenance-event",
+                    "value": "MIGRATE_ON_HOST_MAINTENANCE",
+                    "etag": f"{i:016x}",
+                },
             )
         )
     return notices

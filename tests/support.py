@@ -19,7 +19,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import Config, parse_config
 from bridge.events import as_dict, schema
-from bridge.runner import Bridge, watcher_factory
+from bridge.runner import Bridge, ProviderName, WatcherFactory, watcher_factory
 from bridge.simulator import Simulator
 from bridge.spool import Spool
 from sinks.base import Result
@@ -89,13 +89,15 @@ class Running:
 async def running_bridge(
     sim: Simulator,
     state_dir: Path,
-    providers: Sequence[str] = ("gce",),
+    providers: Sequence[ProviderName] = ("gce",),
     sink: CheckedSink | None = None,
     **source: Any,
 ) -> AsyncIterator[Running]:
     config = bridge_config(sim, state_dir, **source)
     sink = sink or CheckedSink("memory")
-    factories = {p: watcher_factory(config, p, **FAST_RETRY) for p in providers}  # type: ignore[arg-type]
+    factories: dict[str, WatcherFactory] = {
+        p: watcher_factory(config, p, **FAST_RETRY) for p in providers
+    }
     spool = Spool(state_dir, [sink.name])
     bridge = Bridge(config, factories, [sink], spool)
     stop = asyncio.Event()

@@ -10,16 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from tests.support import running_bridge
 
-AZURE = ("azure",)
+AZURE: tuple[ProviderName, ...] = ("azure",)
 
 
 @pytest.mark.parametrize(
     ("event_type", "kind"),
-    [("Freeze", "freeze"), ("Reboot", "reboot"), ("Redeploy", "redeploy"),
-     ("Preempt", "preempt"), ("Terminate", "delete")],
+    [
+        ("Freeze", "freeze"),
+        ("Reboot", "reboot"),
+        ("Redeploy", "redeploy"),
+        ("Preempt", "preempt"),
+        ("Terminate", "delete"),
+    ],
 )
 async def test_scheduled_started_completed(
     azure_sim: Simulator, tmp_path: Path, event_type: str, kind: str
@@ -38,7 +44,8 @@ async def test_scheduled_started_completed(
     assert data["provider"] == "azure"
     assert data["duration_seconds"] == 9
     assert data["origin"] == "platform"
-    assert data["not_before"] is not None and data["not_before_estimated"] is False
+    assert data["not_before"] is not None
+    assert data["not_before_estimated"] is False
     assert data["raw"]["EventId"] == event_id
     assert scheduled["source"].startswith("/subscriptions/")
     assert scheduled["source"].endswith("/virtualMachines/sim-vm-1")
@@ -100,17 +107,18 @@ async def test_freeze_sequence_of_the_vendor_page(tmp_path: Path) -> None:
         sim.faults.set(provider="azure", rate_limit=False)
         async with running_bridge(sim, tmp_path, AZURE) as run:
             events = await run.wait_for(3, timeout=30)
-    assert run.sink.summary() == [("freeze", "scheduled"), ("freeze", "started"),
-                                  ("freeze", "completed")]
+    assert run.sink.summary() == [
+        ("freeze", "scheduled"),
+        ("freeze", "started"),
+        ("freeze", "completed"),
+    ]
     assert {e["data"]["notice_id"] for e in events} == {"C7061BAC-AFDC-4513-B24B-AA5F13A16123"}
     assert events[0]["subject"] == "WestNO_0"
     assert events[0]["data"]["affected"] == ["WestNO_0", "WestNO_1"]
 
 
 @pytest.mark.parametrize("status", [500, 503, 410])
-async def test_error_storms_lose_nothing(
-    azure_sim: Simulator, tmp_path: Path, status: int
-) -> None:
+async def test_error_storms_lose_nothing(azure_sim: Simulator, tmp_path: Path, status: int) -> None:
     async with running_bridge(azure_sim, tmp_path, AZURE) as run:
         await run.settle(0.3)
         azure_sim.faults.set(provider="azure", status_burst=(status, 8), drop=2)

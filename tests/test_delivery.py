@@ -40,8 +40,9 @@ class Sleeps:
         await asyncio.sleep(0)
 
 
-async def drain(spool: Spool, sinks: Sequence[MemorySink], sleep: Sleeps | None = None,
-                count: int = 0) -> Dispatcher:
+async def drain(
+    spool: Spool, sinks: Sequence[MemorySink], sleep: Sleeps | None = None, count: int = 0
+) -> Dispatcher:
     """Run a dispatcher until the first sink holds `count` events (the others as many as
     they were due), then stop it."""
     dispatcher = Dispatcher(spool, sinks, retry_initial=0.5, retry_max=8, sleep=sleep)
@@ -75,10 +76,12 @@ async def test_transient_failures_are_retried_with_backoff_and_retry_after(spool
     a.fail_next(Retry("503"), Retry("429", after=30.0), Retry("timeout"))
     sleeps = Sleeps()
     dispatcher = await drain(spool, [a, b], sleeps, count=1)
-    assert len(a.events) == 1 and a.attempts == 4
+    assert len(a.events) == 1
+    assert a.attempts == 4
     assert len(sleeps.asked) == 3
     assert sleeps.asked[1] >= 30.0  # Retry-After is a floor
-    assert sleeps.asked[0] <= 1.0 and sleeps.asked[2] <= 8.0  # exponential, capped
+    assert sleeps.asked[0] <= 1.0
+    assert sleeps.asked[2] <= 8.0
     assert dispatcher.stats["a"].retried == 3
 
 
@@ -93,7 +96,8 @@ async def test_a_dead_sink_holds_back_nobody_else(spool: Spool) -> None:
     await dispatcher.stop(0.5)
     assert dead.events == []
     depth = await spool.depth()
-    assert depth["a"][0] == 4 and "b" not in depth  # kept for the dead sink only
+    assert depth["a"][0] == 4
+    assert "b" not in depth
 
 
 async def test_rejected_event_is_dead_lettered_and_replayable(spool: Spool) -> None:
@@ -158,8 +162,9 @@ async def test_a_sink_that_raises_is_retried_not_fatal(spool: Spool) -> None:
 
 async def test_order_per_instance_is_kept(spool: Spool) -> None:
     mixed = []
-    for a, b in zip(sample_events(5, instance("vm-a")), sample_events(5, instance("vm-b")),
-                    strict=True):
+    for a, b in zip(
+        sample_events(5, instance("vm-a")), sample_events(5, instance("vm-b")), strict=True
+    ):
         mixed += [a, b]
     await spool.commit(rows(mixed))
     sink = MemorySink("a")

@@ -80,7 +80,8 @@ async def test_the_key_itself_is_long_polled(gce_sim: Simulator, tmp_path: Path)
     assert "/computeMetadata/v1/instance/maintenance-event" in paths
     assert "/computeMetadata/v1/instance/" not in paths  # never the parent directory
     waits = [r for r in gce_sim.requests if r.query.get("wait_for_change") == "true"]
-    assert waits and all("last_etag" in r.query and "timeout_sec" in r.query for r in waits)
+    assert waits
+    assert all("last_etag" in r.query and "timeout_sec" in r.query for r in waits)
     assert all(r.headers.get("Metadata-Flavor") == "Google" for r in gce_sim.requests)
 
 
@@ -106,8 +107,8 @@ async def test_spot_preemption(gce_sim: Simulator, tmp_path: Path) -> None:
 async def test_upcoming_maintenance_pending_ongoing_done(
     gce_sim: Simulator, tmp_path: Path, case: str, nothing: str
 ) -> None:
-    gce_sim.gce.quirks.upcoming_case = case
-    gce_sim.gce.quirks.upcoming_none = nothing
+    gce_sim.gce.quirks.upcoming_case = case  # type: ignore[assignment]
+    gce_sim.gce.quirks.upcoming_none = nothing  # type: ignore[assignment]
     async with running_bridge(gce_sim, tmp_path) as run:
         await run.settle(0.3)
         gce_sim.gce.set_upcoming_maintenance(dict(UPCOMING_CAMEL))
@@ -171,7 +172,8 @@ async def test_503_storm_and_dropped_connections_lose_nothing(
 
 
 @pytest.mark.parametrize(
-    ("fault", "cause"), [("missing_vendor_header", "missing-vendor-header"), ("redirect", "redirect")]
+    ("fault", "cause"),
+    [("missing_vendor_header", "missing-vendor-header"), ("redirect", "redirect")],
 )
 async def test_answers_without_the_vendor_header_or_redirects_are_refused(
     gce_sim: Simulator, tmp_path: Path, fault: str, cause: str

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from tests.support import CheckedSink, running_bridge
+
+AZURE: tuple[ProviderName, ...] = ("azure",)
 
 
 async def test_gce_event_under_way_across_a_restart(gce_sim: Simulator, tmp_path: Path) -> None:
@@ -38,11 +41,11 @@ async def test_gce_event_that_ended_while_down_is_completed_on_start(
 
 
 async def test_azure_event_started_while_down(azure_sim: Simulator, tmp_path: Path) -> None:
-    async with running_bridge(azure_sim, tmp_path, ("azure",)) as run:
+    async with running_bridge(azure_sim, tmp_path, AZURE) as run:
         event_id = azure_sim.azure.add_event(event_type="Reboot", auto_complete=False)
-        (scheduled,) = await run.wait_for(1)
+        (_scheduled,) = await run.wait_for(1)
     azure_sim.azure.start_event(event_id)
-    async with running_bridge(azure_sim, tmp_path, ("azure",), sink=CheckedSink("m")) as run:
+    async with running_bridge(azure_sim, tmp_path, AZURE, sink=CheckedSink("m")) as run:
         (started,) = await run.wait_for(1)
         assert (await run.settle()) == [started]
         azure_sim.azure.remove_event(event_id)
@@ -53,12 +56,12 @@ async def test_azure_event_started_while_down(azure_sim: Simulator, tmp_path: Pa
 async def test_azure_event_that_ran_while_down_is_completed_not_cancelled(
     azure_sim: Simulator, tmp_path: Path
 ) -> None:
-    async with running_bridge(azure_sim, tmp_path, ("azure",)) as run:
+    async with running_bridge(azure_sim, tmp_path, AZURE) as run:
         event_id = azure_sim.azure.add_event(event_type="Reboot", not_before_in=0.5)
         await run.wait_for(1)
     azure_sim.azure.remove_event(event_id)  # it rebooted the VM while we were down
     await asyncio.sleep(1.2)  # NotBefore has one-second resolution: make sure it passed
-    async with running_bridge(azure_sim, tmp_path, ("azure",), sink=CheckedSink("m")) as run:
+    async with running_bridge(azure_sim, tmp_path, AZURE, sink=CheckedSink("m")) as run:
         (completed,) = await run.wait_for(1)
     assert completed["data"]["status"] == "completed"
 

@@ -15,7 +15,6 @@ announced as completed rather than cancelled.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -205,8 +204,11 @@ class AzureWatcher:
                 status_text = "Started"
             else:
                 if status_text != "Scheduled":
-                    log.warning("event %s has unknown EventStatus %r; treated as Scheduled",
-                                event_id, status_text)
+                    log.warning(
+                        "event %s has unknown EventStatus %r; treated as Scheduled",
+                        event_id,
+                        status_text,
+                    )
                 revision = fingerprint(event)
                 if not known or known.get("revision") != revision:
                     notices.append(self._notice(event, Status.SCHEDULED, revision, not_before))
@@ -224,9 +226,7 @@ class AzureWatcher:
             )
             ran_unseen = self._restored and not_before is not None and not_before <= now
             status = (
-                Status.COMPLETED
-                if known["status"] == "Started" or ran_unseen
-                else Status.CANCELLED
+                Status.COMPLETED if known["status"] == "Started" or ran_unseen else Status.CANCELLED
             )
             notices.append(self._notice(known["event"], status, "", not_before))
         self._incarnation = incarnation
@@ -234,7 +234,9 @@ class AzureWatcher:
         return notices
 
     def checkpoint(self) -> dict[str, Any]:
-        return json.loads(json.dumps({"incarnation": self._incarnation, "events": self._known}))
+        state = {"incarnation": self._incarnation, "events": self._known}
+        copy: dict[str, Any] = json.loads(json.dumps(state))  # deep, plain JSON
+        return copy
 
     async def watch(self) -> AsyncIterator[Update]:
         await self.identify()
@@ -265,4 +267,3 @@ class AzureWatcher:
             params={"api-version": self._config.api_version},
             content=body,
         )
-

@@ -249,6 +249,7 @@ class GceWatcher:
             state.update(notice_id=None, kind=None, not_before=None)
         if value != idle:
             now = self._clock()
+            notice: timedelta | None
             if key == PREEMPTED:
                 kind, notice = Kind.PREEMPT, _PREEMPT_NOTICE
                 description = "Spot/preemptible VM is being preempted; it stops in about 30 s"
@@ -389,13 +390,12 @@ class GceWatcher:
             if new_etag is None:
                 # No ETag to wait on (upcoming-maintenance says "nothing" with 404/503, or an
                 # odd server): poll at a calm interval instead of spinning.
-                await self._sleep(
-                    self._config.upcoming_poll_interval if key == UPCOMING else 1.0
-                )
+                await self._sleep(self._config.upcoming_poll_interval if key == UPCOMING else 1.0)
             etag = new_etag
 
     def checkpoint(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self._checkpoint))  # a deep copy that is plain JSON
+        copy: dict[str, Any] = json.loads(json.dumps(self._checkpoint))  # deep, plain JSON
+        return copy
 
     async def watch(self) -> AsyncIterator[Update]:
         await self.identify()

@@ -193,6 +193,15 @@ def _retry_after(response: httpx.Response) -> float | None:
 def _log_retry(state: RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome else None
     delay = state.next_action.sleep if state.next_action else 0.0
-    level = logging.WARNING if state.attempt_number in (1, 5) or state.attempt_number % 50 == 0 else logging.DEBUG
-    log.log(level, "metadata request failed (attempt %d), retrying in %.1fs: %s",
-            state.attempt_number, delay, exc)
+    level = (
+        logging.WARNING
+        if state.attempt_number in (1, 5) or state.attempt_number % 50 == 0
+        else logging.DEBUG
+    )
+    log.log(
+        level,
+        "metadata request failed (attempt %d), retrying in %.1fs: %s",
+        state.attempt_number,
+        delay,
+        exc,
+    )

@@ -1,0 +1,180 @@
+"""The command line, run as real processes (`python -m bridge ...`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bridge.events import schema
+from bridge.simulator import Simulator, SimulatorThread
+from tests.support import assert_valid
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bridge(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def write_config(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_version_and_help() -> None:
+    assert bridge("--version").stdout.startswith("maintenance-bridge ")
+    help_text = bridge("--help").stdout
+    for command in ("run", "once", "demo", "schema", "validate-config", "simulate", "spool"):
+        assert command in help_text
+
+
+def test_schema_prints_the_shipped_schema() -> None:
+    result = bridge("schema")
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == schema()
+    assert json.loads((ROOT / "schemas" / "maintenance-event.v1.json").read_text()) == schema()
+
+
+def test_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "bad.toml",
+        """
+[source]
+provider = "aws"
+[source.azure]
+pol_interval = 1
+[[sinks]]
+type = "webhook"
+""",
+    )
+    for command in ("validate-config", "run --config"):
+        result = bridge(*command.split(), str(config))
+        assert result.returncode == 2, result.stderr
+        assert "source.provider" in result.stderr
+        assert "source.azure.pol_interval: unknown key" in result.stderr
+        assert "sinks[0].url: Field required" in result.stderr
+
+
+def test_unreadable_or_invalid_toml_exits_2(tmp_path: Path) -> None:
+    assert bridge("validate-config", str(tmp_path / "missing.toml")).returncode == 2
+    broken = write_config(tmp_path / "broken.toml", "[source\n")
+    result = bridge("validate-config", str(broken))
+    assert result.returncode == 2
+    assert "not valid TOML" in result.stderr
+
+
+def test_config_from_environment(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "ok.toml", '[[sinks]]\ntype = "stdout"\n')
+    result = bridge(
+        "validate-config",
+        env={
+            "MAINTENANCE_BRIDGE_CONFIG": str(config),
+            "MAINTENANCE_BRIDGE__SOURCE__AZURE__POLL_INTERVAL": "0.01",
+        },
+    )
+    assert result.returncode == 2
+    assert "source.azure.poll_interval" in result.stderr
+
+
+def test_once_prints_the_notices_in_force(tmp_path: Path) -> None:
+    with SimulatorThread(provider="gce") as sim:
+        sim.gce.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+        result = bridge(
+            "once",
+            env={"GCE_METADATA_HOST": sim.gce_host, "MAINTENANCE_BRIDGE__SOURCE__PROVIDER": "auto"},
+        )
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    event = assert_valid(json.loads(line))
+    assert event["type"] == "io.maintenancebridge.maintenance.started"
+
+
+def test_once_without_any_metadata_service_says_so(tmp_path: Path) -> None:
+    result = bridge(
+        "once",
+        env={
+            "MAINTENANCE_BRIDGE__SOURCE__GCE__METADATA_URL": "http://127.0.0.1:9/computeMetadata/v1/",
+            "MAINTENANCE_BRIDGE__SOURCE__AZURE__IMDS_URL": "http://127.0.0.1:9/metadata/",
+            "MAINTENANCE_BRIDGE__SOURCE__DETECT_TIMEOUT": "0.5",
+        },
+    )
+    assert result.returncode == 1
+    assert "no metadata service found" in result.stderr
+
+
+async def test_run_delivers_to_a_file_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    out = tmp_path / "events.jsonl"
+    async with Simulator(provider="azure") as sim:
+        sim.faults.set(provider="azure", rate_limit=False)
+        config = write_config(
+            tmp_path / "bridge.toml",
+            f"""
+[source]
+provider = "auto"
+[source.gce]
+metadata_url = "http://127.0.0.1:9/computeMetadata/v1/"
+[source.azure]
+imds_url = "{sim.azure_url}"
+poll_interval = 0.25
+[state]
+dir = "{tmp_path / "state"}"
+[[sinks]]
+type = "file"
+path = "{out}"
+""",
+        )
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bridge",
+            "--log-format",
+            "json",
+            "run",
+            "--config",
+            str(config),
+            cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            sim.azure.add_event(event_type="Freeze", duration=5)
+            deadline = time.monotonic() + 20
+            while not (out.exists() and out.read_text().strip()):
+                assert time.monotonic() < deadline, "no event delivered"
+                await asyncio.sleep(0.1)
+            process.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(process.wait(), 15)
+        finally:
+            if process.returncode is None:
+                process.kill()
+        assert process.stderr is not None
+        logs = (await process.stderr.read()).decode()
+    assert code == 0, logs
+    (line,) = out.read_text().splitlines()
+    assert assert_valid(json.loads(line))["data"]["kind"] == "freeze"
+    log_lines = [json.loads(entry) for entry in logs.splitlines() if entry.startswith("{")]
+    assert any(entry["message"].startswith("notice: azure freeze scheduled") for entry in log_lines)
+
+
+def test_demo_plays_the_scenario_and_prints_valid_events() -> None:
+    result = bridge("demo", "--speed", "8", timeout=120)
+    assert result.returncode == 0, result.stderr
+    events = [assert_valid(json.loads(line)) for line in result.stdout.splitlines()]
+    providers = {e["data"]["provider"] for e in events}
+    assert providers == {"gce", "azure"}
+    assert len(events) >= 6
+    assert len({e["id"] for e in events}) == len(events)  # nothing doubled
