@@ -1,0 +1,384 @@
+"""Publishes events to a Google Cloud Pub/Sub topic, per the CloudEvents Pub/Sub binding.
+
+Two content modes, as Google's binding defines them:
+
+* ``binary`` (default): the message data is the event's JSON ``data``; every context attribute
+  travels as a message attribute ``ce-<name>`` and ``datacontenttype`` as ``content-type``.
+  Subscribers can filter on attributes without parsing the payload.
+* ``structured``: the message data is the whole event as JSON and the only attribute is
+  ``content-type: application/cloudevents+json; charset=UTF-8``.
+
+Pub/Sub limits attributes (keys <= 256 bytes, values <= 1024 bytes, at most 100 per message).
+An event that cannot fit in binary mode is sent in *structured* mode instead of being
+rejected: the binding lets a consumer tell the modes apart by ``content-type``, and a
+dead-lettered maintenance notice helps nobody. Our own events never come close; only an
+unusual extension attribute could.
+
+Ordering: with ``ordering`` on, the ordering key is the event ``source`` (one VM), so each
+VM's notices arrive in order while VMs do not hold each other up. The client library pauses
+a key after any failed publish; we call ``resume_publish`` before returning ``Retry``, or the
+key would refuse every later message.
+
+Retries belong to the dispatcher. With ordering enabled the client library would retry a
+failed publish *forever* (it forces an infinite deadline onto any retry policy it is given),
+hiding an outage from us and from the spool, so every publish is made with ``retry=None``
+and a gRPC deadline of ``timeout``: one attempt, whose outcome the dispatcher sees.
+
+``google.cloud.pubsub_v1`` is imported only when a sink is built (it costs ~0.3 s and ~60 MB),
+so a bridge that does not use Pub/Sub never loads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from cloudevents.core.v1.event import CloudEvent
+from pydantic import Field, field_validator
+
+from bridge.events import as_dict, serialize
+from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
+
+if TYPE_CHECKING:
+    from google.cloud.pubsub_v1 import PublisherClient  # type: ignore[import-untyped]
+
+log = logging.getLogger("sinks.pubsub")
+
+STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=UTF-8"
+PUBLISHER_ROLE: Final = "roles/pubsub.publisher"
+PUBSUB_SCOPE: Final = "https://www.googleapis.com/auth/pubsub"
+MAX_ATTRIBUTES: Final = 100
+MAX_KEY_BYTES: Final = 256
+MAX_VALUE_BYTES: Final = 1024
+
+# Project ids: 6-30 chars (optionally domain-scoped, "example.com:proj"); topic names:
+# 3-255 chars from a restricted set, starting with a letter and not with "goog".
+_TOPIC_RE: Final = re.compile(
+    r"^projects/(?P<project>(?:[a-z][a-z0-9.-]*:)?[a-z][a-z0-9-]{4,28}[a-z0-9])"
+    r"/topics/(?P<topic>(?!goog)[A-Za-z][A-Za-z0-9\-_.~+%]{2,254})$"
+)
+
+
+class Config(SinkConfig):
+    type: Literal["pubsub"] = "pubsub"
+    #: Full topic path, ``projects/<project>/topics/<topic>``.
+    topic: str
+    mode: Literal["binary", "structured"] = "binary"
+    #: Service-account key file; unset means Application Default Credentials.
+    credentials_file: Path | None = None
+    #: Ordering key = event source (per-VM order); the subscription must enable ordering too.
+    ordering: bool = True
+    #: Override the API endpoint (``host:port``), e.g. a regional or private endpoint.
+    endpoint: str | None = None
+    #: Deadline of one publish attempt, in seconds.
+    timeout: float = Field(default=30.0, gt=0)
+
+    @field_validator("topic")
+    @classmethod
+    def _check_topic(cls, value: str) -> str:
+        if not _TOPIC_RE.match(value):
+            raise ValueError(
+                f"topic must look like projects/<project-id>/topics/<topic-name>, got {value!r}"
+            )
+        return value
+
+
+def binary_attributes(event: CloudEvent) -> tuple[bytes, dict[str, str]]:
+    """Data and attributes of a binary-mode message (the JSON data, ``ce-*`` attributes).
+
+    Attribute values are the same strings the structured JSON carries (e.g. ``time`` as
+    RFC 3339), so both modes describe an event identically.
+    """
+    fields = as_dict(event)
+    if "data_base64" in fields:
+        import base64
+
+        data = base64.b64decode(fields.pop("data_base64"))
+    elif "data" in fields:
+        value = fields.pop("data")
+        data = value.encode() if isinstance(value, str) else json.dumps(value).encode()
+    else:
+        data = b""
+    attributes: dict[str, str] = {}
+    for name, value in fields.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        key = "content-type" if name == "datacontenttype" else f"ce-{name}"
+        attributes[key] = text
+    return data, attributes
+
+
+def fits_attribute_limits(attributes: dict[str, str]) -> str | None:
+    """Why `attributes` break Pub/Sub's limits, or None when they fit."""
+    if len(attributes) > MAX_ATTRIBUTES:
+        return f"{len(attributes)} attributes (max {MAX_ATTRIBUTES})"
+    for key, value in attributes.items():
+        if len(key.encode()) > MAX_KEY_BYTES:
+            return f"attribute key {key[:40]!r}... longer than {MAX_KEY_BYTES} bytes"
+        if len(value.encode()) > MAX_VALUE_BYTES:
+            return f"attribute {key!r} longer than {MAX_VALUE_BYTES} bytes"
+    return None
+
+
+def encode(event: CloudEvent, mode: str) -> tuple[bytes, dict[str, str]]:
+    """The message (data, attributes) for `event`; binary falls back to structured if needed."""
+    if mode == "binary":
+        data, attributes = binary_attributes(event)
+        problem = fits_attribute_limits(attributes)
+        if problem is None:
+            return data, attributes
+        log.warning(
+            "event %s does not fit Pub/Sub attribute limits (%s); sending it in structured mode",
+            event.get_id(),
+            problem,
+        )
+    return serialize(event), {"content-type": STRUCTURED_CONTENT_TYPE}
+
+
+def classify(exc: BaseException, topic: str) -> Result:
+    """Map a publish failure to Retry or Reject (unknown failures are retried: nothing lost)."""
+    from google.api_core import exceptions as gexc
+    from google.cloud.pubsub_v1.publisher import exceptions as pexc  # type: ignore[import-untyped]
+
+    detail = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, gexc.NotFound):
+        return Reject(f"Pub/Sub topic {topic} does not exist (create it or fix `topic`): {detail}")
+    if isinstance(exc, gexc.PermissionDenied | gexc.Unauthenticated):
+        return Reject(
+            f"permission denied publishing to {topic}: grant {PUBLISHER_ROLE} on the topic to "
+            f"the sink's service account (on GCE the VM's access scopes must include "
+            f"{PUBSUB_SCOPE} or cloud-platform): {detail}"
+        )
+    if isinstance(exc, gexc.InvalidArgument | pexc.MessageTooLargeError):
+        return Reject(f"Pub/Sub refused the message for {topic} as invalid: {detail}")
+    if isinstance(exc, gexc.DeadlineExceeded | TimeoutError | concurrent.futures.TimeoutError):
+        return Retry(f"publish to {topic} timed out: {detail}")
+    # ServiceUnavailable, InternalServerError, Aborted, ResourceExhausted, auth transport
+    # errors, batches cancelled after an earlier failure on the same key, and anything else.
+    return Retry(f"publish to {topic} failed: {detail}")
+
+
+class PubSubSink(Sink):
+    max_batch = 100
+
+    def __init__(self, name: str, config: Config) -> None:
+        super().__init__(name)
+        self.topic = config.topic
+        self.mode = config.mode
+        self.ordering = config.ordering
+        self.timeout = config.timeout
+        self._credentials_file = config.credentials_file
+        self._endpoint = config.endpoint
+        self._client: PublisherClient | None = None
+        self._client_lock = asyncio.Lock()
+        self._outstanding: set[concurrent.futures.Future[Any]] = set()
+        self._outstanding_lock = threading.Lock()
+
+    def _build_client(self) -> PublisherClient:
+        """Create the publisher (blocking: ADC may ask the metadata server)."""
+        from google.cloud import pubsub_v1  # type: ignore[import-untyped]
+
+        kwargs: dict[str, Any] = {}
+        if self._credentials_file is not None:
+            from google.oauth2 import service_account
+
+            kwargs["credentials"] = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+                str(self._credentials_file), scopes=[PUBSUB_SCOPE]
+            )
+        if self._endpoint:
+            kwargs["client_options"] = {"api_endpoint": self._endpoint}
+        return pubsub_v1.PublisherClient(
+            publisher_options=pubsub_v1.types.PublisherOptions(
+                enable_message_ordering=self.ordering
+            ),
+            **kwargs,
+        )
+
+    async def _get_client(self) -> PublisherClient:
+        """The publisher, created on first use off the event loop.
+
+        Raises `_NoClientError` carrying the outcome when it cannot be created: a broken key
+        file is a configuration error (Reject); missing Application Default Credentials are
+        retried, because on GCE they come from the metadata server, which can hiccup.
+        """
+        async with self._client_lock:
+            if self._client is None:
+                try:
+                    self._client = await asyncio.to_thread(self._build_client)
+                except (OSError, ValueError) as exc:
+                    raise _NoClientError(
+                        Reject(
+                            f"cannot load Pub/Sub credentials from {self._credentials_file}: {exc}"
+                        )
+                    ) from exc
+                except Exception as exc:
+                    raise _NoClientError(
+                        Retry(f"cannot create the Pub/Sub client: {type(exc).__name__}: {exc}")
+                    ) from exc
+            return self._client
+
+    def _track(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._outstanding_lock:
+            self._outstanding.add(future)
+
+        def done(f: concurrent.futures.Future[Any]) -> None:
+            with self._outstanding_lock:
+                self._outstanding.discard(f)
+
+        future.add_done_callback(done)
+
+    def _submit(
+        self, client: PublisherClient, batch: Sequence[CloudEvent]
+    ) -> list[tuple[str, concurrent.futures.Future[Any]]]:
+        """Hand every event to the client (non-blocking batching); one future per event."""
+        from google.cloud.pubsub_v1.publisher import exceptions as pexc
+
+        submitted = []
+        for event in batch:
+            data, attributes = encode(event, self.mode)
+            key = event.get_source() if self.ordering else ""
+            future: concurrent.futures.Future[Any]
+            try:
+                future = client.publish(
+                    self.topic,
+                    data,
+                    ordering_key=key,
+                    retry=None,
+                    timeout=self.timeout,
+                    **attributes,
+                )
+            except pexc.MessageTooLargeError as exc:
+                future = concurrent.futures.Future()
+                future.set_exception(exc)
+            self._track(future)
+            submitted.append((key, future))
+        return submitted
+
+    async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+        from google.cloud.pubsub_v1.publisher import exceptions as pexc
+
+        try:
+            client = await self._get_client()
+        except _NoClientError as exc:
+            return exc.result
+        self._resume(client, {e.get_source() for e in batch})
+        submitted = self._submit(client, batch)
+        wrapped = [asyncio.wrap_future(f) for _, f in submitted]
+        # The RPC deadline is `timeout`; allow a little for batching and thread hand-offs.
+        _, pending = await asyncio.wait(wrapped, timeout=self.timeout + 2.0)
+        failed_keys: set[str] = set()
+        first: Result | None = None
+        for (key, _), waiter in zip(submitted, wrapped, strict=True):
+            if waiter in pending:
+                waiter.cancel()  # only our asyncio wrapper; the client's future lives on
+                failed_keys.add(key)
+                first = first or Retry(f"publish to {self.topic} timed out after {self.timeout}s")
+                continue
+            error = waiter.exception()
+            if error is None:
+                continue
+            failed_keys.add(key)
+            if isinstance(error, pexc.PublishToPausedOrderingKeyException | RuntimeError):
+                outcome: Result = Retry(f"publish to {self.topic} failed: {error}")
+            else:
+                outcome = classify(error, self.topic)
+            # Report the worst outcome: a Reject tells the dispatcher to isolate the bad event.
+            if first is None or (isinstance(outcome, Reject) and not isinstance(first, Reject)):
+                first = outcome
+        self._resume(client, failed_keys)
+        return first or Ok()
+
+    def _resume(self, client: PublisherClient, keys: set[str]) -> None:
+        """Unpause ordering keys after a failure; harmless for keys that are not paused."""
+        if not self.ordering:
+            return
+        for key in keys:
+            # RuntimeError: "Ordering key is not paused." (e.g. a timed-out batch in flight)
+            with contextlib.suppress(RuntimeError):
+                client.resume_publish(self.topic, key)
+
+    async def flush(self, timeout: float) -> None:
+        """Wait, within `timeout`, for messages a timed-out or cancelled publish left behind."""
+        with self._outstanding_lock:
+            pending = list(self._outstanding)
+        if pending:
+            await asyncio.to_thread(concurrent.futures.wait, pending, timeout)
+
+    async def healthcheck(self) -> Health:
+        """Whether the topic exists and we may publish to it.
+
+        ``get_topic`` needs ``pubsub.topics.get``, which ``roles/pubsub.publisher`` lacks; on
+        a permission error we ask ``testIamPermissions`` whether publishing is allowed.
+        """
+        from google.api_core import exceptions as gexc
+
+        try:
+            client = await self._get_client()
+        except _NoClientError as exc:
+            return Health(False, exc.result.reason)
+
+        def check() -> Health:
+            try:
+                client.get_topic(topic=self.topic, retry=None, timeout=min(self.timeout, 10.0))
+            except gexc.NotFound:
+                return Health(False, f"Pub/Sub topic {self.topic} does not exist")
+            except gexc.PermissionDenied as exc:
+                try:
+                    answer = client.test_iam_permissions(
+                        request={"resource": self.topic, "permissions": ["pubsub.topics.publish"]},
+                        retry=None,
+                        timeout=min(self.timeout, 10.0),
+                    )
+                except gexc.GoogleAPIError:
+                    answer = None
+                if answer is not None and "pubsub.topics.publish" in answer.permissions:
+                    return Health(
+                        True,
+                        f"may publish to {self.topic} (existence not checked: "
+                        f"no pubsub.topics.get permission)",
+                    )
+                return Health(
+                    False,
+                    f"permission denied on {self.topic}: grant {PUBLISHER_ROLE} on the topic "
+                    f"to the service account (and on GCE the {PUBSUB_SCOPE} or cloud-platform "
+                    f"access scope): {exc.message}",
+                )
+            except gexc.GoogleAPIError as exc:
+                return Health(False, f"cannot check {self.topic}: {type(exc).__name__}: {exc}")
+            except Exception as exc:
+                return Health(False, f"cannot check {self.topic}: {type(exc).__name__}: {exc}")
+            return Health(True, f"Pub/Sub topic {self.topic} exists")
+
+        return await asyncio.to_thread(check)
+
+    async def _close(self, timeout: float) -> None:
+        """Wait for outstanding messages within `timeout`, then stop the client's threads.
+
+        ``stop()`` does not wait for in-flight batches (its threads are daemons), so the
+        waiting happens here or the last messages of a shutdown would be lost.
+        """
+        if self._client is None:
+            return
+        await self.flush(timeout)
+        client, self._client = self._client, None
+        await asyncio.to_thread(client.stop)
+
+    def __repr__(self) -> str:
+        return f"<PubSubSink {self.name!r} topic={self.topic} mode={self.mode}>"
+
+
+class _NoClientError(Exception):
+    def __init__(self, result: Retry | Reject) -> None:
+        super().__init__(result.reason)
+        self.result = result
+
+
+def create(config: Config, name: str) -> PubSubSink:
+    return PubSubSink(name, config)
