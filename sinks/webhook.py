@@ -1,33 +1,159 @@
-"""POSTs each event to an HTTP endpoint as a structured-mode CloudEvent.
+"""POSTs events to an HTTP endpoint the way the CloudEvents webhook spec and Standard Webhooks
+describe it, so that a receiver can trust what it gets.
 
-HTTP semantics follow the CloudEvents webhook spec: 2xx is delivery, redirects are never
-followed, 408/429/5xx and network failures are transient (Retry-After honored), other
-4xx are permanent. One `httpx.AsyncClient` per sink keeps the connection alive between
-events.
+Content modes (CloudEvents HTTP binding): `structured` (default; one JSON CloudEvent per
+request), `binary` (`ce-` headers, percent-encoded by the SDK's binding exactly as the spec
+says, data as the body) and `batch` (`application/cloudevents-batch+json`, up to
+`BATCH_SIZE` events per request, only when configured because many receivers do not speak it).
+
+HTTP semantics: 2xx is delivery; redirects are never followed (a 3xx is rejected with the
+location in the reason: the url must be fixed, not silently changed); 408/425/429 and 5xx
+and network failures are transient, Retry-After honored; 413 and 415 (and the other 4xx)
+are permanent; 410 disables the sink (see `WebhookSink`). The sink only classifies: the
+dispatcher retries, and a retry re-signs the same bytes with the same `webhook-id` and a
+fresh `webhook-timestamp` (receivers reject stale timestamps, so re-sending an old signature
+would be refused after five minutes of outage).
+
+One `httpx.AsyncClient` per sink: HTTP/1.1 keep-alive and connection reuse, TLS verification
+always on (custom CA bundle optional), `trust_env=False` so the process environment
+(HTTP_PROXY, SSL_CERT_FILE, .netrc) cannot redirect or weaken this sink; a proxy is used only
+when this sink's `proxy` key says so.
+
+Credentials (signing secrets, bearer token, header values) stay in `SecretStr` until the
+moment a request is built; they are never logged, never in a reason and never in a repr.
 """
 
 from __future__ import annotations
 
+import collections
 import email.utils
+import logging
+import re
+import ssl
 import time
 from collections.abc import Sequence
-from typing import Literal
+from typing import Final, Literal
 
 import httpx
+from cloudevents.core.bindings.http import to_binary
+from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
-from pydantic import AnyHttpUrl, Field
+from pydantic import AnyHttpUrl, Field, FilePath, SecretStr, field_validator, model_validator
 
 from bridge.events import serialize
+from bridge.secrets import Secret
+from sinks import _webhook_signing as signing
 from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
 
-STRUCTURED_CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
-_TRANSIENT_STATUS = frozenset({408, 425, 429})
+log = logging.getLogger("sinks.webhook")
+
+STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=utf-8"
+BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json; charset=utf-8"
+USER_AGENT: Final = "maintenance-bridge"
+#: Events per request in `batch` mode.
+BATCH_SIZE: Final = 100
+#: How long a disabled sink (410 Gone) asks the dispatcher to wait between (refused) tries.
+DISABLED_RETRY_AFTER: Final = 3600.0
+#: How long to wait before asking again after a receiver refused the handshake.
+HANDSHAKE_DENIED_RETRY_AFTER: Final = 300.0
+
+_TRANSIENT_STATUS: Final = frozenset({408, 425, 429})
+_HEALTH_FAILURES: Final = frozenset({401, 403, 407, 410})
+_FORMAT: Final = JSONFormat()
+_HEADER_NAME: Final = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Headers the sink sets itself: letting `headers` override them would break the binding,
+# the signature or the handshake in ways a receiver could not tell from an attack.
+_RESERVED_HEADERS: Final = frozenset(
+    {
+        "host",
+        "content-type",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "origin",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "webhook-request-origin",
+        signing.GITHUB_HEADER.lower(),
+    }
+)
+
+Mode = Literal["structured", "binary", "batch"]
+Signing = Literal["none", "standard", "github"]
 
 
 class Config(SinkConfig):
+    """The `[[sinks]] type = "webhook"` keys (documented in docs/webhook.md)."""
+
     type: Literal["webhook"] = "webhook"
     url: AnyHttpUrl
+    mode: Mode = "structured"
+    signing: Signing = "none"
+    secrets: tuple[Secret, ...] = ()
+    bearer_token: Secret | None = None
+    headers: dict[str, Secret] = Field(default_factory=dict)
     timeout: float = Field(default=10.0, gt=0)
+    ca_bundle: FilePath | None = None
+    proxy: AnyHttpUrl | None = None
+    handshake_origin: str | None = None
+
+    @field_validator("headers")
+    @classmethod
+    def _check_headers(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for name, secret in value.items():
+            if not _HEADER_NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid HTTP header name")
+            lowered = name.lower()
+            if lowered in _RESERVED_HEADERS or lowered.startswith("ce-"):
+                raise ValueError(f"header {name!r} is set by the sink itself and cannot be set")
+            if any(c in secret.get_secret_value() for c in "\r\n\0"):
+                raise ValueError(f"the value of header {name!r} contains a line break")
+        return value
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _check_ca_bundle(cls, value: FilePath | None) -> FilePath | None:
+        if value is not None:
+            try:
+                ssl.create_default_context(cafile=str(value))
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(f"cannot load CA certificates from {value}: {exc}") from None
+        return value
+
+    @field_validator("handshake_origin")
+    @classmethod
+    def _check_origin(cls, value: str | None) -> str | None:
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            raise ValueError("must be a non-empty DNS name such as bridge.example.com")
+        return value
+
+    @model_validator(mode="after")
+    def _check_signing(self) -> Config:
+        if self.signing == "none" and self.secrets:
+            raise ValueError(
+                'secrets are set but signing = "none": set signing = "standard" or "github"'
+            )
+        if self.signing != "none" and not self.secrets:
+            raise ValueError(f'signing = "{self.signing}" needs at least one entry in secrets')
+        if self.signing == "standard":
+            for index, secret in enumerate(self.secrets):
+                try:
+                    signing.standard_key(secret.get_secret_value())
+                except ValueError as exc:
+                    raise ValueError(f"secrets[{index}] {exc}") from None
+        if self.bearer_token is not None and any(
+            name.lower() == "authorization" for name in self.headers
+        ):
+            raise ValueError("set either bearer_token or an Authorization header, not both")
+        return self
+
+
+def redact_url(url: str | httpx.URL) -> str:
+    """The url without user info and query, which may carry credentials: for logs/reasons."""
+    parsed = httpx.URL(str(url))
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}"
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -45,56 +171,244 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
 
 
 def classify_status(response: httpx.Response) -> Result:
-    """Map an HTTP answer to a delivery outcome (shared by every HTTP-speaking sink)."""
+    """Map an HTTP answer to a delivery outcome (shared by every HTTP-speaking sink).
+
+    410 is classified here as permanent; `WebhookSink` handles it before calling this,
+    because for a webhook it means "this endpoint is gone", not "this event is bad".
+    """
     status = response.status_code
     if 200 <= status < 300:
         return Ok()
-    reason = f"HTTP {status} from {response.request.url}"
+    reason = f"HTTP {status} from {redact_url(response.request.url)}"
     if status in _TRANSIENT_STATUS or status >= 500:
         return Retry(reason, retry_after_seconds(response.headers.get("retry-after")))
     if 300 <= status < 400:
-        location = response.headers.get("location", "?")
+        location = (
+            redact_url(response.headers["location"]) if "location" in response.headers else "?"
+        )
         return Reject(f"{reason}: redirect to {location} not followed; fix the sink's url")
+    if status == 413:
+        return Reject(f"{reason}: the receiver refuses a request this large")
+    if status == 415:
+        return Reject(f"{reason}: the receiver does not accept this content mode; check `mode`")
     return Reject(reason)
 
 
 class WebhookSink(Sink):
+    """One webhook endpoint; one event per request (structured or binary mode).
+
+    410 Gone disables the sink, loudly, without losing anything. The CloudEvents webhook
+    spec says a sender must stop sending to a target that answered 410. Returning `Reject`
+    would dead-letter the event and then do the same to every later one, one request each,
+    turning a retired or mistyped endpoint into a pile of dead letters that someone must
+    replay. Instead the sink remembers it is disabled and from then on sends nothing: each
+    `publish` returns `Retry(after=DISABLED_RETRY_AFTER)` and logs at ERROR, so the events
+    stay spooled for this sink (oldest first, as always), the error repeats in the log every
+    hour, and `healthcheck` reports the sink unhealthy. Fixing the url and restarting the
+    bridge delivers the backlog; removing the sink from the configuration drops it.
+    """
+
     max_batch = 1
 
-    def __init__(self, name: str, url: str, timeout: float = 10.0) -> None:
+    def __init__(self, name: str, config: Config) -> None:
         super().__init__(name)
-        self.url = url
+        self._url = str(config.url)
+        self.display_url = redact_url(self._url)
+        self.mode: Mode = config.mode
+        self._signing: Signing = config.signing
+        self._secrets = config.secrets
+        self._bearer = config.bearer_token
+        self._headers = dict(config.headers)
+        self._origin = config.handshake_origin
+        self._granted = False
+        self._allowed_rate: int | None = None
+        self._recent: collections.deque[float] = collections.deque()
+        self._disabled: str | None = None
+        verify: ssl.SSLContext | bool = True
+        if config.ca_bundle is not None:
+            verify = ssl.create_default_context(cafile=str(config.ca_bundle))
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout),
+            timeout=httpx.Timeout(config.timeout),
             follow_redirects=False,
             trust_env=False,
-            headers={"user-agent": "maintenance-bridge"},
+            verify=verify,
+            proxy=str(config.proxy) if config.proxy is not None else None,
+            headers={"user-agent": USER_AGENT},
         )
 
-    async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+    @property
+    def disabled(self) -> str | None:
+        """Why the sink stopped sending (410 Gone), or None while it is enabled."""
+        return self._disabled
+
+    # -- encoding and signing -------------------------------------------------------------------
+
+    def _encode(self, batch: Sequence[CloudEvent]) -> tuple[bytes, dict[str, str]]:
+        """The body and binding headers of one request, serialized exactly once."""
+        if self.mode == "batch":
+            body = b"[" + b",".join(serialize(event) for event in batch) + b"]"
+            return body, {"content-type": BATCH_CONTENT_TYPE}
         (event,) = batch
+        if self.mode == "binary":
+            message = to_binary(event, _FORMAT)
+            headers = dict(message.headers)
+            headers.setdefault("content-type", "application/json")
+            return message.body, headers
+        return serialize(event), {"content-type": STRUCTURED_CONTENT_TYPE}
+
+    def _signature(self, batch: Sequence[CloudEvent], body: bytes) -> dict[str, str]:
+        if self._signing == "standard":
+            keys = [signing.standard_key(s.get_secret_value()) for s in self._secrets]
+            msg_id = signing.webhook_id([event.get_id() for event in batch])
+            return signing.standard_headers(msg_id, int(time.time()), body, keys)
+        if self._signing == "github":
+            return signing.github_headers(body, self._secrets[0].get_secret_value().encode())
+        return {}
+
+    def _auth_headers(self) -> dict[str, str]:
+        headers = {name: value.get_secret_value() for name, value in self._headers.items()}
+        if self._bearer is not None:
+            headers["authorization"] = f"Bearer {self._bearer.get_secret_value()}"
+        return headers
+
+    # -- abuse protection -----------------------------------------------------------------------
+
+    async def _ensure_permission(self) -> Retry | None:
+        """Run the CloudEvents abuse-protection handshake unless a grant is remembered.
+
+        The grant is kept until a delivery fails (any non-2xx answer or network error); the
+        next attempt then asks again, so a receiver that withdrew consent or changed its
+        allowed rate is heard. A refusal keeps the events spooled (Retry), it never drops them.
+        """
+        if self._origin is None or self._granted:
+            return None
+        headers = {**self._auth_headers(), "webhook-request-origin": self._origin}
         try:
-            response = await self._client.post(
-                self.url,
-                content=serialize(event),
-                headers={"content-type": STRUCTURED_CONTENT_TYPE},
-            )
+            response = await self._client.options(self._url, headers=headers)
         except httpx.TimeoutException as exc:
-            return Retry(f"timeout posting to {self.url}: {type(exc).__name__}")
+            return Retry(f"handshake with {self.display_url} timed out: {type(exc).__name__}")
         except httpx.TransportError as exc:
-            return Retry(f"cannot reach {self.url}: {exc or type(exc).__name__}")
-        return classify_status(response)
+            return Retry(f"handshake: cannot reach {self.display_url}: {_describe(exc)}")
+        status = response.status_code
+        if status == 410:
+            return self._disable(status)
+        allowed = response.headers.get("webhook-allowed-origin", "").strip()
+        rate_text = response.headers.get("webhook-allowed-rate", "*").strip()
+        rate = int(rate_text) if rate_text.isdigit() and int(rate_text) > 0 else None
+        rate_ok = rate_text == "*" or rate is not None
+        if 200 <= status < 300 and allowed in (self._origin, "*") and rate_ok:
+            self._granted = True
+            self._allowed_rate = rate
+            log.info(
+                "sink %s: %s granted delivery to origin %s (rate: %s per minute)",
+                self.name,
+                self.display_url,
+                self._origin,
+                rate or "unlimited",
+            )
+            return None
+        if status in _TRANSIENT_STATUS or status >= 500:
+            return Retry(
+                f"handshake: HTTP {status} from {self.display_url}",
+                retry_after_seconds(response.headers.get("retry-after")),
+            )
+        reason = (
+            f"{self.display_url} did not grant delivery to origin {self._origin!r} in the "
+            f"abuse-protection handshake (HTTP {status}, WebHook-Allowed-Origin: "
+            f"{allowed or 'absent'}, WebHook-Allowed-Rate: {rate_text}); events stay spooled"
+        )
+        log.error("sink %s: %s", self.name, reason)
+        return Retry(reason, HANDSHAKE_DENIED_RETRY_AFTER)
+
+    def _throttle(self) -> Retry | None:
+        """Keep to the rate the receiver allowed, by asking the dispatcher to wait."""
+        if self._allowed_rate is None:
+            return None
+        now = time.monotonic()
+        while self._recent and now - self._recent[0] >= 60.0:
+            self._recent.popleft()
+        if len(self._recent) < self._allowed_rate:
+            self._recent.append(now)
+            return None
+        wait = 60.0 - (now - self._recent[0])
+        return Retry(f"{self.display_url} allows {self._allowed_rate} request(s) per minute", wait)
+
+    # -- delivery -------------------------------------------------------------------------------
+
+    def _disable(self, status: int) -> Retry:
+        self._disabled = (
+            f"HTTP {status} Gone from {self.display_url}: the receiver retired this endpoint. "
+            f"Sink {self.name!r} is DISABLED and sends nothing more; its events stay spooled. "
+            "Fix the url (or remove the sink) and restart the bridge"
+        )
+        log.error("sink %s: %s", self.name, self._disabled)
+        return Retry(self._disabled, DISABLED_RETRY_AFTER)
+
+    async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+        if self._disabled is not None:
+            log.error("sink %s: %s", self.name, self._disabled)
+            return Retry(self._disabled, DISABLED_RETRY_AFTER)
+        refused = await self._ensure_permission() or self._throttle()
+        if refused is not None:
+            return refused
+        body, binding = self._encode(batch)
+        headers = {**self._auth_headers(), **binding, **self._signature(batch, body)}
+        if self._origin is not None:
+            headers["origin"] = self._origin
+        result: Result
+        try:
+            response = await self._client.post(self._url, content=body, headers=headers)
+        except httpx.TimeoutException as exc:
+            result = Retry(f"timeout posting to {self.display_url}: {type(exc).__name__}")
+        except httpx.TransportError as exc:
+            result = Retry(f"cannot reach {self.display_url}: {_describe(exc)}")
+        else:
+            result = (
+                self._disable(410) if response.status_code == 410 else classify_status(response)
+            )
+        if not isinstance(result, Ok):
+            self._granted = False
+        return result
 
     async def healthcheck(self) -> Health:
+        """Disabled, refused by the handshake, unreachable or 401/403 are unhealthy."""
+        if self._disabled is not None:
+            return Health(False, self._disabled)
+        if self._origin is not None:
+            self._granted = False
+            refused = await self._ensure_permission()
+            if refused is not None:
+                return Health(False, refused.reason)
+            return Health(True, f"{self.display_url} granted delivery to {self._origin}")
         try:
-            response = await self._client.request("OPTIONS", self.url)
+            response = await self._client.options(self._url, headers=self._auth_headers())
         except httpx.HTTPError as exc:
-            return Health(False, f"cannot reach {self.url}: {exc or type(exc).__name__}")
-        return Health(True, f"{self.url} answered HTTP {response.status_code}")
+            return Health(False, f"cannot reach {self.display_url}: {_describe(exc)}")
+        ok = response.status_code not in _HEALTH_FAILURES
+        return Health(ok, f"{self.display_url} answered HTTP {response.status_code}")
 
     async def _close(self, timeout: float) -> None:
         await self._client.aclose()
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} {self.mode} {self.display_url}>"
+
+
+class BatchWebhookSink(WebhookSink):
+    """`mode = "batch"`: up to `BATCH_SIZE` events per `application/cloudevents-batch+json`.
+
+    A 413 for a batch is a Reject, which makes the dispatcher retry the events one by one,
+    so a receiver with a small body limit still gets every event that fits.
+    """
+
+    max_batch = BATCH_SIZE
+
+
+def _describe(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
 
 def create(config: Config, name: str) -> WebhookSink:
-    return WebhookSink(name, str(config.url), config.timeout)
+    if config.mode == "batch":
+        return BatchWebhookSink(name, config)
+    return WebhookSink(name, config)
