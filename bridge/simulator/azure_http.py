@@ -9,7 +9,6 @@ X-Forwarded-For rejection is a 400 too).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -119,8 +118,11 @@ def azure_routes(sim: Simulator) -> list[web.RouteDef]:
             # the service enables itself on first use, which can take up to two minutes
             state.first_call_done = True
             if state.quirks.first_call_delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(sim.stopping.wait(), state.quirks.first_call_delay)
+                stopped = asyncio.ensure_future(sim.stopping.wait())
+                try:
+                    await asyncio.wait({stopped}, timeout=state.quirks.first_call_delay)
+                finally:
+                    stopped.cancel()
         api_version = request.query["api-version"]
         if request.method == "GET":
             return json_response(200, state.document(api_version))

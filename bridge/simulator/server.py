@@ -8,7 +8,6 @@ from other threads onto it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import logging
@@ -183,12 +182,13 @@ class Simulator:
     async def stop(self) -> None:
         """Release hanging long-polls and hung requests, close connections, free the port."""
         self.stopping.set()
+        self._wake.set()
         self.signal.fire()
         self.faults.clear()
         if self._scheduler is not None:
-            self._scheduler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scheduler
+            done, _ = await asyncio.wait({self._scheduler}, timeout=2)
+            if not done:
+                self._scheduler.cancel()
             self._scheduler = None
         if self._runner is not None:
             await self._runner.cleanup()
@@ -212,15 +212,19 @@ class Simulator:
         self._wake.set()
 
     async def _run_scheduler(self) -> None:
-        while True:
+        # asyncio.wait (not wait_for) so a wake-up racing with cancellation cannot swallow it
+        while not self.stopping.is_set():
             self._fire_due()
             nxt = self._next_due()
             timeout = 0.5
             if nxt is not None:
                 timeout = min(timeout, max(0.0, self.clock.real_delay(nxt - self.clock.now())))
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            waiter = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=timeout)
+            finally:
+                waiter.cancel()
 
     def _next_due(self) -> float | None:
         times = [self._timeline[0][0]] if self._timeline else []

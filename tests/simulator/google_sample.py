@@ -1,5 +1,6 @@
 # ruff: noqa
 # fmt: off
+# mypy: disable-error-code="arg-type"
 """Google's ``wait_for_maintenance`` sample, copied verbatim from
 ../shared/reference/gce-maintenance-event-notices.txt.  Only METADATA_URL changes: the test
 assigns the simulator's URL to it before calling the function."""
