@@ -56,7 +56,11 @@ def make_app(
             return web.Response(status=401, text="bad signature")
         if headers["webhook-id"] in seen:
             return web.Response(status=204)  # a redelivery: already handled
-        for event in parse_events(headers, body):
+        events = parse_events(headers, body)
+        if len(events) == 1 and events[0].get_id() != headers["webhook-id"]:
+            # Binary mode signs the body, not the ce- headers: tie the event to the signed id.
+            return web.Response(status=400, text="event id does not match webhook-id")
+        for event in events:
             await handle(event)
         seen[headers["webhook-id"]] = None
         if len(seen) > 10_000:

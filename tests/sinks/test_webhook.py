@@ -755,3 +755,18 @@ async def test_documented_receiver_example_verifies_and_parses(
     assert len(handled) == 3
     for got, sent in zip(handled, events, strict=True):
         same_event(got, sent)
+
+
+def test_the_documented_example_is_the_tested_file() -> None:
+    """docs/webhook.md shows the receiver verbatim, so the copy-paste version cannot rot."""
+    doc = (ROOT / "docs" / "webhook.md").read_text(encoding="utf-8")
+    example = (ROOT / "docs" / "examples" / "webhook_receiver.py").read_text(encoding="utf-8")
+    blocks = doc.split("```python\n")[1:]
+    assert any(block.split("```", 1)[0] == example for block in blocks)
+
+
+def test_the_documented_keys_are_the_config_keys() -> None:
+    doc = (ROOT / "docs" / "webhook.md").read_text(encoding="utf-8")
+    table = doc.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    documented = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+    assert documented == set(webhook.Config.model_fields) - {"type", "name"}
