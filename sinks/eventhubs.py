@@ -74,8 +74,7 @@ class Config(SinkConfig):
         if self.connection_string is not None:
             if self.fully_qualified_namespace is not None:
                 raise ValueError(
-                    "set either connection_string or fully_qualified_namespace + eventhub, "
-                    "not both"
+                    "set either connection_string or fully_qualified_namespace + eventhub, not both"
                 )
             return self
         if not self.fully_qualified_namespace or not self.eventhub:
@@ -95,17 +94,19 @@ def to_event_data(event: CloudEvent, mode: str) -> EventData:
     else:
         message = amqp.to_binary(event, _FORMAT)
     data = EventData(message.application_data)
-    data.content_type = message.properties.get(amqp.CONTENT_TYPE_PROPERTY)
+    content_type = message.properties.get(amqp.CONTENT_TYPE_PROPERTY)
+    if content_type is not None:
+        data.content_type = str(content_type)
     data.message_id = event.get_id()
     if message.application_properties:
-        properties: dict[str | bytes, Any] = dict(message.application_properties)
+        properties: dict[str, Any] = dict(message.application_properties)
         time = event.get_time()
         if time is not None and "cloudEvents_time" in properties:
             # The binding writes an int of milliseconds, which this SDK would encode as a
             # 32-bit int (and fail). A datetime is sent as the native AMQP timestamp, which
             # the binding reads back; sub-millisecond times keep the exact RFC 3339 string.
             properties["cloudEvents_time"] = _amqp_time(time)
-        data.properties = properties
+        data.properties = dict(properties.items())
     return data
 
 
@@ -189,7 +190,8 @@ class EventHubsSink(Sink):
             )
         from azure.identity.aio import DefaultAzureCredential
 
-        assert config.fully_qualified_namespace and config.eventhub
+        assert config.fully_qualified_namespace
+        assert config.eventhub
         self._credential = DefaultAzureCredential()
         return EventHubProducerClient(
             config.fully_qualified_namespace, config.eventhub, self._credential, **options
@@ -209,10 +211,10 @@ class EventHubsSink(Sink):
                 )
         except asyncio.CancelledError:
             raise
-        except (asyncio.TimeoutError, TimeoutError) as exc:
+        except TimeoutError as exc:
             await self._reset_client()
             return Retry(f"no answer from event hub {self.target} within {self.timeout}s: {exc}")
-        except Exception as exc:  # noqa: BLE001 - every SDK failure is classified
+        except Exception as exc:
             return classify(exc, f"sending to event hub {self.target}")
         return Ok()
 
@@ -253,15 +255,14 @@ class EventHubsSink(Sink):
 
     async def healthcheck(self) -> Health:
         try:
-            props = await asyncio.wait_for(
-                self._client.get_eventhub_properties(), self.timeout + 1
-            )
-        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            props = await asyncio.wait_for(self._client.get_eventhub_properties(), self.timeout + 1)
+        except Exception as exc:
             result = classify(exc, f"reading event hub {self.target}")
             reason = result.reason if isinstance(result, Retry | Reject) else str(exc)
             return Health(False, reason)
         return Health(
-            True, f"event hub {props['eventhub_name']} with {len(props['partition_ids'])} partitions"
+            True,
+            f"event hub {props['eventhub_name']} with {len(props['partition_ids'])} partitions",
         )
 
     async def _close(self, timeout: float) -> None:

@@ -46,7 +46,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from azure.eventhub._pyamqp import performatives as perf
-from azure.eventhub._pyamqp._decode import (  # type: ignore[attr-defined]
+from azure.eventhub._pyamqp._decode import (
     _DECODE_BY_CONSTRUCTOR,
     decode_frame,
     decode_payload,
@@ -65,9 +65,7 @@ MAX_FRAME_SIZE: Final = 1024 * 1024
 _SASL_FRAME: Final = b"\x01"
 _ANNOTATIONS: Final = 0x72
 _HEADER: Final = 0x70
-_FILTER: Final = re.compile(
-    r"x-opt-(offset|sequence-number|enqueued-time)\s*(>=|>|=)\s*'([^']*)'"
-)
+_FILTER: Final = re.compile(r"x-opt-(offset|sequence-number|enqueued-time)\s*(>=|>|=)\s*'([^']*)'")
 
 
 @dataclass
@@ -99,8 +97,7 @@ class StoredEvent:
                     {
                         TYPE: AMQPTypes.map,
                         VALUE: [
-                            ({TYPE: AMQPTypes.symbol, VALUE: k}, v)
-                            for k, v in annotations.items()
+                            ({TYPE: AMQPTypes.symbol, VALUE: k}, v) for k, v in annotations.items()
                         ],
                     },
                 ),
@@ -253,14 +250,24 @@ class _Connection:
             self.send(
                 0,
                 perf.OpenFrame(
-                    "eventhub-test-server", None, MAX_FRAME_SIZE, 65535, None,
-                    None, None, None, None, None,
+                    "eventhub-test-server",
+                    None,
+                    MAX_FRAME_SIZE,
+                    65535,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
                 ),
             )
         elif code == 0x11:  # begin
             session = _Session(channel, channel, next_incoming_id=f[1] or 0)
             self.sessions[channel] = session
-            self.send(channel, perf.BeginFrame(channel, 0, 65536, 65536, 4294967295, None, None, None))
+            self.send(
+                channel, perf.BeginFrame(channel, 0, 65536, 65536, 4294967295, None, None, None)
+            )
         elif code == 0x12:
             self.on_attach(self.sessions[channel], f)
         elif code == 0x13:
@@ -287,18 +294,32 @@ class _Connection:
         source, target = f[5] or [], f[6] or []
         address = _entity_path(_text(target[0] if client_sends else source[0]) or "")
         link = _Link(
-            name=name, remote_handle=handle, local_handle=next(session.handles),
-            client_sends=client_sends, address=address, snd_settle_mode=f[3],
+            name=name,
+            remote_handle=handle,
+            local_handle=next(session.handles),
+            client_sends=client_sends,
+            address=address,
+            snd_settle_mode=f[3],
             rcv_settle_mode=f[4],
         )
         session.links[handle] = link
         self.send(
             session.channel,
             perf.AttachFrame(
-                name, link.local_handle, client_sends, f[3], f[4],
-                Source(address=_text(source[0]) if source else None),
-                Target(address=_text(target[0]) if target else None),
-                None, None, None if client_sends else 0, MAX_MESSAGE_SIZE, None, None, None,
+                name,
+                link.local_handle,
+                client_sends,
+                f[3],
+                f[4],
+                Source(address=_text(source[0]) if source else None),  # type: ignore[call-arg]
+                Target(address=_text(target[0]) if target else None),  # type: ignore[call-arg]
+                None,
+                None,
+                None if client_sends else 0,
+                MAX_MESSAGE_SIZE,
+                None,
+                None,
+                None,
             ),
         )
         error = self.server.check_address(address, client_sends)
@@ -307,7 +328,9 @@ class _Connection:
             self.send(
                 session.channel,
                 perf.DetachFrame(
-                    link.local_handle, True, AMQPError(condition=b"amqp:not-found", description=error)
+                    link.local_handle,
+                    True,
+                    AMQPError(condition=b"amqp:not-found", description=error),
                 ),
             )
             return
@@ -325,8 +348,17 @@ class _Connection:
         self.send(
             session.channel,
             perf.FlowFrame(
-                session.next_incoming_id, 65536, session.next_outgoing_id, 65536,
-                link.local_handle, link.delivery_count, link.credit, None, None, None, None,
+                session.next_incoming_id,
+                65536,
+                session.next_outgoing_id,
+                65536,
+                link.local_handle,
+                link.delivery_count,
+                link.credit,
+                None,
+                None,
+                None,
+                None,
             ),
         )
 
@@ -346,8 +378,17 @@ class _Connection:
             self.send(
                 session.channel,
                 perf.FlowFrame(
-                    session.next_incoming_id, 65536, session.next_outgoing_id, 65536,
-                    link.local_handle, link.delivery_count, 0, 0, True, None, None,
+                    session.next_incoming_id,
+                    65536,
+                    session.next_outgoing_id,
+                    65536,
+                    link.local_handle,
+                    link.delivery_count,
+                    0,
+                    0,
+                    True,
+                    None,
+                    None,
                 ),
             )
 
@@ -368,9 +409,13 @@ class _Connection:
             self.send(
                 session.channel,
                 perf.TransferFrame(
-                    handle=link.local_handle, delivery_id=delivery_id,
-                    delivery_tag=struct.pack(">I", delivery_id), message_format=0,
-                    settled=True, more=False, payload=payload,
+                    handle=link.local_handle,
+                    delivery_id=delivery_id,
+                    delivery_tag=struct.pack(">I", delivery_id),
+                    message_format=0,
+                    settled=True,
+                    more=False,
+                    payload=payload,
                 ),
             )
 
@@ -403,7 +448,8 @@ class _Connection:
         self.on_message(session, link, raw, fmt)
         if not settled:
             self.send(
-                session.channel, perf.DispositionFrame(True, delivery_id, delivery_id, True, Accepted(), None)
+                session.channel,
+                perf.DispositionFrame(True, delivery_id, delivery_id, True, Accepted(), None),
             )
         if link.credit < 500:
             self.grant(session, link)
@@ -414,7 +460,7 @@ class _Connection:
             status, description, value = self.server.answer(link.address, message)
             props = message.properties
             reply = Message(
-                properties=Properties(correlation_id=props.message_id if props else None),
+                properties=Properties(correlation_id=props.message_id if props else None),  # type: ignore[arg-type]
                 application_properties={"status-code": status, "status-description": description},
                 value=value,
             )
@@ -584,13 +630,17 @@ class EventHubServer:
         if name != self.hub or not self.hub_exists:
             return 404, f"The messaging entity '{name}' could not be found.", None
         if kind == "com.microsoft:eventhub":
-            return 200, "OK", {
-                "name": self.hub,
-                "type": "com.microsoft:eventhub",
-                "created_at": {TYPE: AMQPTypes.timestamp, VALUE: self.created_ms},
-                "partition_count": len(self.partitions),
-                "partition_ids": self.partition_ids,
-            }
+            return (
+                200,
+                "OK",
+                {
+                    "name": self.hub,
+                    "type": "com.microsoft:eventhub",
+                    "created_at": {TYPE: AMQPTypes.timestamp, VALUE: self.created_ms},
+                    "partition_count": len(self.partitions),
+                    "partition_ids": self.partition_ids,
+                },
+            )
         if kind == "com.microsoft:partition":
             pid = _text(props.get("partition")) or "0"
             return 200, "OK", self.partitions[int(pid)].properties(self.hub, pid)
@@ -599,10 +649,7 @@ class EventHubServer:
     def store(self, address: str, raw: bytes, fmt: int, message: Message) -> None:
         """Enqueue a (possibly batched) message sent to the hub or one of its partitions."""
         outer_key = _partition_key(message)
-        if fmt == BATCH_FORMAT:
-            inner = [bytes(d) for d in (message.data or [])]
-        else:
-            inner = [raw]
+        inner = [bytes(d) for d in (message.data or [])] if fmt == BATCH_FORMAT else [raw]
         pid: int | None = None
         if "/Partitions/" in address:
             pid = int(address.rsplit("/", 1)[1])

@@ -11,7 +11,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from bridge.dispatch import Dispatcher
 from bridge.events import as_dict, serialize
 from bridge.spool import NewEvent, Spool
-from sinks.base import Ok, Reject, Retry, Sink
+from sinks.base import Ok, Reject, Sink
 from sinks.eventhubs import Config, EventHubsSink, create
 from tests.factories import instance, sample_events
 from tests.sinks.contract import SinkContract
@@ -37,7 +37,9 @@ KEY = "s3cr3t-shared-access-key"
 
 
 def sink_for(server: EventHubServer, mode: str = "binary", hub: str | None = None) -> Sink:
-    text = server.connection_string_for(hub or server.hub).replace("SharedAccessKey=v", f"SharedAccessKey={KEY}")
+    text = server.connection_string_for(hub or server.hub).replace(
+        "SharedAccessKey=v", f"SharedAccessKey={KEY}"
+    )
     config = Config.model_validate(
         {"type": "eventhubs", "connection_string": text, "mode": mode, "timeout": 3.0}
     )
@@ -53,14 +55,16 @@ def to_cloudevent(data: EventData) -> CloudEvent:
     message = amqp.AMQPMessage(
         properties={"content-type": data.content_type or ""},
         application_properties=properties,
-        application_data=b"".join(data.body),
+        application_data=b"".join(data.body),  # type: ignore[arg-type]
     )
     event = amqp.from_amqp(message, JSONFormat(), CloudEvent)
     assert isinstance(event, CloudEvent)
     return event
 
 
-async def read_partition(server: EventHubServer, pid: str, timeout: float = 10.0) -> list[EventData]:
+async def read_partition(
+    server: EventHubServer, pid: str, timeout: float = 10.0
+) -> list[EventData]:
     """Every event of one partition, read with the real async consumer."""
     expected = len(server.events(int(pid)))
     got: list[EventData] = []
@@ -91,7 +95,10 @@ async def read_partition(server: EventHubServer, pid: str, timeout: float = 10.0
 
 
 async def read_all(server: EventHubServer) -> dict[str, list[EventData]]:
-    return {pid: await read_partition(server, pid) for pid in server.partition_ids}
+    """Every partition, read concurrently (each consumer takes a moment to attach)."""
+    pids = server.partition_ids
+    batches = await asyncio.gather(*(read_partition(server, pid) for pid in pids))
+    return dict(zip(pids, batches, strict=True))
 
 
 class TestEventHubsContract(SinkContract):
@@ -122,6 +129,13 @@ class TestEventHubsContract(SinkContract):
 async def server() -> AsyncIterator[EventHubServer]:
     async with EventHubServer() as running:
         yield running
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
+    """Poll the dispatcher's stats: it exposes counters, not events to wait on."""
+    async with asyncio.timeout(timeout):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
 
 
 def interleaved(per_vm: int, vms: Sequence[str]) -> list[CloudEvent]:
@@ -175,16 +189,15 @@ async def test_event_over_the_size_limit_is_rejected_and_nothing_sent(
     server: EventHubServer,
 ) -> None:
     small = sample_events(1)[0]
-    big = CloudEvent(
-        {**small.get_attributes(), "id": "too-big"}, {"raw": "x" * (1024 * 1024 + 10)}
-    )
+    big = CloudEvent({**small.get_attributes(), "id": "too-big"}, {"raw": "x" * (1024 * 1024 + 10)})
     sink = sink_for(server)
     try:
         result = await sink.publish([small, big])
     finally:
         await sink.close(5.0)
     assert isinstance(result, Reject), result
-    assert "too large" in result.reason and "too-big" in result.reason
+    assert "too large" in result.reason
+    assert "too-big" in result.reason
     assert sum(len(server.events(int(p))) for p in server.partition_ids) == 0
 
 
@@ -239,19 +252,15 @@ async def test_outage_mid_run_is_retried_and_nothing_lost(
         )
         dispatcher.notify()
 
-    async def wait_delivered(count: int, timeout: float = 15.0) -> None:
-        async with asyncio.timeout(timeout):
-            while dispatcher.stats[sink.name].delivered < count:
-                await asyncio.sleep(0.05)
+    async def wait_delivered(count: int) -> None:
+        await wait_until(lambda: dispatcher.stats[sink.name].delivered >= count)
 
     try:
         await commit(events[:6])
         await wait_delivered(6)
         await server.stop()
         await commit(events[6:12])
-        async with asyncio.timeout(10):
-            while dispatcher.stats[sink.name].retried < 2:
-                await asyncio.sleep(0.05)
+        await wait_until(lambda: dispatcher.stats[sink.name].retried >= 2)
         assert dispatcher.stats[sink.name].delivered == 6
         await commit(events[12:])
         await server.start()
@@ -301,7 +310,8 @@ async def test_connection_string_from_env_and_managed_identity_config(
     assert config.connection_string.get_secret_value() == text
     assert KEY not in repr(config)
     sink = create(config, "eh")
-    assert isinstance(sink, EventHubsSink) and sink.target == "hub"
+    assert isinstance(sink, EventHubsSink)
+    assert sink.target == "hub"
     await sink.close(1.0)
 
     aad = Config.model_validate(
@@ -313,7 +323,8 @@ async def test_connection_string_from_env_and_managed_identity_config(
         }
     )
     sink = create(aad, "eh-aad")  # builds DefaultAzureCredential; nothing connects yet
-    assert isinstance(sink, EventHubsSink) and sink.target == "maintenance"
+    assert isinstance(sink, EventHubsSink)
+    assert sink.target == "maintenance"
     await sink.close(1.0)
 
 
@@ -325,7 +336,10 @@ def test_module_does_not_import_the_sdk() -> None:
         "print(json.dumps(sorted(n for n in sys.modules if n.startswith('azure'))))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert json.loads(out.stdout) == []
