@@ -134,6 +134,8 @@ class Emulator:
         # The launcher may have exited first: make sure nothing of the group survives.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        if self._log is not None:
+            shutil.rmtree(self._log.parent, ignore_errors=True)
 
     def restart(self) -> None:
         self.stop()
