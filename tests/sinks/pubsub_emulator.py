@@ -109,10 +109,10 @@ class Emulator:
             if self._proc.poll() is not None:
                 break
             time.sleep(0.05)
+        output = self.log_text()[-3000:]
         self.stop()
         raise RuntimeError(
-            f"Pub/Sub emulator did not start within {timeout}s on port {self.port}:\n"
-            + self.log_text()[-3000:]
+            f"Pub/Sub emulator did not start within {timeout}s on port {self.port}:\n{output}"
         )
 
     def log_text(self) -> str:
