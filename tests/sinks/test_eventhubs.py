@@ -343,3 +343,48 @@ def test_module_does_not_import_the_sdk() -> None:
         cwd=Path(__file__).resolve().parents[2],
     )
     assert json.loads(out.stdout) == []
+
+
+async def test_close_keeps_the_deadline_when_the_hub_is_gone(server: EventHubServer) -> None:
+    sink = sink_for(server)
+    assert isinstance(await sink.publish(sample_events(2)), Ok)
+    await server.stop()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await sink.close(1.0)
+    assert loop.time() - started < 1.5
+
+
+async def test_consumer_can_start_from_a_sequence_number(server: EventHubServer) -> None:
+    """The server honours the consumer's selector filter (as the real service does)."""
+    sink = sink_for(server)
+    events = sample_events(5)
+    try:
+        assert isinstance(await sink.publish(events), Ok)
+    finally:
+        await sink.close(5.0)
+    (pid,) = [p for p in server.partition_ids if server.events(int(p))]
+    got: list[EventData] = []
+    done = asyncio.Event()
+
+    async def on_event(_: PartitionContext, event: EventData | None) -> None:
+        if event is not None:
+            got.append(event)
+        if len(got) == 3:
+            done.set()
+
+    consumer = EventHubConsumerClient.from_connection_string(
+        server.connection_string, consumer_group="$Default"
+    )
+    async with consumer:
+        task = asyncio.create_task(
+            consumer.receive(on_event, partition_id=pid, starting_position=1)
+        )
+        try:
+            await asyncio.wait_for(done.wait(), 10)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert [e.sequence_number for e in got] == [2, 3, 4]
+    assert [to_cloudevent(e).get_id() for e in got] == [e.get_id() for e in events[2:]]
+    assert all(e.enqueued_time is not None for e in got)
