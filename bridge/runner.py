@@ -138,11 +138,13 @@ class Bridge:
                     self.dispatcher.notify()
                     delay = 1.0
             except asyncio.CancelledError:
+                await watcher.aclose()
                 raise
             except Exception:
                 log.exception(
                     "%s watcher failed; restarting it from its checkpoint in %.0fs", name, delay
                 )
+                await watcher.aclose()
                 await self.sleep(delay)
                 delay = min(delay * 2, 60.0)
 

@@ -5,15 +5,54 @@ scenarios on a compressible clock, injects faults, and can be driven live from P
 HTTP (``/_sim/``).  See docs/simulator.md.
 """
 
-from .azure import AzureState
-from .clock import SimClock
-from .faults import Faults
-from .gce import GceState
-from .identity import AzureIdentity, GceIdentity, Identity
-from .requestlog import RequestRecord
-from .scenario import Scenario, ScenarioError, ScenarioInfo, Step, list_scenarios, load_scenario
-from .server import Simulator
-from .threaded import SimulatorThread
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .azure import AzureState
+    from .clock import SimClock
+    from .faults import Faults
+    from .gce import GceState
+    from .identity import AzureIdentity, GceIdentity, Identity
+    from .requestlog import RequestRecord
+    from .scenario import (
+        Scenario,
+        ScenarioError,
+        ScenarioInfo,
+        Step,
+        list_scenarios,
+        load_scenario,
+    )
+    from .server import Simulator
+    from .threaded import SimulatorThread
+
+# Names are imported on first use (PEP 562): `maintenance-bridge run` builds its argument
+# parser with the `simulate` options but must not pay for aiohttp at start-up.
+_HOMES = {
+    "AzureState": "azure",
+    "SimClock": "clock",
+    "Faults": "faults",
+    "GceState": "gce",
+    "AzureIdentity": "identity",
+    "GceIdentity": "identity",
+    "Identity": "identity",
+    "RequestRecord": "requestlog",
+    "Scenario": "scenario",
+    "ScenarioError": "scenario",
+    "ScenarioInfo": "scenario",
+    "Step": "scenario",
+    "list_scenarios": "scenario",
+    "load_scenario": "scenario",
+    "Simulator": "server",
+    "SimulatorThread": "threaded",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AzureIdentity",

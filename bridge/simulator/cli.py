@@ -10,10 +10,12 @@ import asyncio
 import contextlib
 import signal
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from .scenario import ScenarioError, list_scenarios
-from .server import Simulator
+
+if TYPE_CHECKING:  # imported when serving: the main CLI mounts add_arguments at every start
+    from .server import Simulator
 
 DEFAULT_PORT = 8181
 
@@ -68,6 +70,8 @@ def _banner(sim: Simulator, out: TextIO) -> None:
 async def _serve(args: argparse.Namespace, out: TextIO) -> int:
     def on_step(at: float, text: str) -> None:
         print(f"[t={at:8.1f}s] {text}", file=out, flush=True)
+
+    from .server import Simulator
 
     sim = Simulator(
         provider=args.provider,

@@ -113,6 +113,9 @@ class AzureWatcher:
     def healthy(self) -> bool:
         return self._client.stats.consecutive_failures == 0
 
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
     async def identify(self) -> Instance:
         if self.instance is not None:
             return self.instance

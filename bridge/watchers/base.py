@@ -51,6 +51,10 @@ class Watcher(Protocol):
         """False while the metadata service cannot be read (for readiness)."""
         ...
 
+    async def aclose(self) -> None:
+        """Close the watcher's HTTP connections."""
+        ...
+
 
 def fingerprint(value: Any) -> str:
     """A short stable digest of a JSON value: the revision of a re-announced notice."""

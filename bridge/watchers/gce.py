@@ -177,6 +177,9 @@ class GceWatcher:
     def healthy(self) -> bool:
         return self._client.stats.consecutive_failures == 0
 
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
     async def _text(self, key: str) -> str:
         return (await self._client.get(key, validate=_validator(key))).text.strip()
 
