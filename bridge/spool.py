@@ -298,18 +298,23 @@ class Spool:
 
         return await self._run(_list)
 
+    @staticmethod
+    def _dead_letters_matching(
+        db: sqlite3.Connection, sink: str | None, seqs: Sequence[int] | None
+    ) -> list[tuple[str, int]]:
+        """(sink, seq) of the dead letters a replay or purge applies to (None: all)."""
+        rows = db.execute("SELECT sink, seq FROM dead_letters").fetchall()
+        return [
+            (s, q) for s, q in rows if (sink is None or s == sink) and (seqs is None or q in seqs)
+        ]
+
     async def replay(self, sink: str | None = None, seqs: Sequence[int] | None = None) -> int:
         """Put dead letters back in their sink's queue; return how many."""
 
         def _replay(db: sqlite3.Connection) -> int:
             db.execute("PRAGMA synchronous=FULL")
             db.execute("BEGIN IMMEDIATE")
-            rows = db.execute("SELECT sink, seq FROM dead_letters").fetchall()
-            chosen = [
-                (s, q)
-                for s, q in rows
-                if (sink is None or s == sink) and (seqs is None or q in seqs)
-            ]
+            chosen = self._dead_letters_matching(db, sink, seqs)
             for s, q in chosen:
                 db.execute("INSERT OR IGNORE INTO pending (sink, seq) VALUES (?, ?)", (s, q))
                 db.execute("DELETE FROM dead_letters WHERE sink = ? AND seq = ?", (s, q))
@@ -324,12 +329,7 @@ class Spool:
         def _purge(db: sqlite3.Connection) -> int:
             db.execute("PRAGMA synchronous=FULL")
             db.execute("BEGIN IMMEDIATE")
-            rows = db.execute("SELECT sink, seq FROM dead_letters").fetchall()
-            chosen = [
-                (s, q)
-                for s, q in rows
-                if (sink is None or s == sink) and (seqs is None or q in seqs)
-            ]
+            chosen = self._dead_letters_matching(db, sink, seqs)
             db.executemany("DELETE FROM dead_letters WHERE sink = ? AND seq = ?", chosen)
             self._collect(db, [q for _, q in chosen])
             db.execute("COMMIT")

@@ -178,3 +178,51 @@ def test_demo_plays_the_scenario_and_prints_valid_events() -> None:
     assert providers == {"gce", "azure"}
     assert len(events) >= 6
     assert len({e["id"] for e in events}) == len(events)  # nothing doubled
+
+
+async def test_spool_list_replay_purge(tmp_path: Path) -> None:
+    from bridge.dispatch import Dispatcher
+    from bridge.events import serialize
+    from bridge.spool import NewEvent, Spool
+    from sinks.base import Reject
+    from sinks.memory import MemorySink
+    from tests.factories import sample_events
+
+    config = write_config(
+        tmp_path / "bridge.toml",
+        f"""
+[state]
+dir = "{tmp_path}"
+[[sinks]]
+type = "stdout"
+name = "hook"
+""",
+    )
+    spool = Spool(tmp_path, ["hook"])
+    await spool.open()
+    events = sample_events(2)
+    await spool.commit(
+        [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
+    )
+    sink = MemorySink("hook")
+    sink.max_batch = 1  # type: ignore[misc]
+    sink.fail_next(Reject("HTTP 400 from receiver"))
+    dispatcher = Dispatcher(spool, [sink])
+    dispatcher.start()
+    dispatcher.notify()
+    await sink.wait_for(1)
+    await dispatcher.stop(1.0)
+    await spool.close()
+
+    listed = bridge("spool", "list", "--config", str(config))
+    assert listed.returncode == 0, listed.stderr
+    assert "dead letters: 1" in listed.stdout
+    assert events[0].get_id() in listed.stdout
+    assert "HTTP 400 from receiver" in listed.stdout
+
+    replayed = bridge("spool", "replay", "--config", str(config), "--sink", "hook")
+    assert "replayed 1 event(s)" in replayed.stdout
+    listed = bridge("spool", "list", "--config", str(config))
+    assert "pending  hook: 1 event(s)" in listed.stdout
+    assert "dead letters: 0" in listed.stdout
+    assert "purged 0" in bridge("spool", "purge", "--config", str(config)).stdout
