@@ -175,7 +175,7 @@ async def _run(config: Config, stop: asyncio.Event | None = None) -> int:
     _install_signal_handlers(stop)
     provider = await _detect_forever(config)
     sinks = build_sinks(config)
-    spool = Spool(config.state.dir, [sink.name for sink in sinks])
+    spool = Spool(config.state.dir, [sink.name for sink in sinks], config.delivery.max_pending)
     bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
     await bridge.run(stop)
     return EXIT_OK

@@ -100,6 +100,9 @@ class Delivery(_Section):
     retry_initial: float = Field(default=0.5, gt=0, description="first backoff, seconds")
     retry_max: float = Field(default=60.0, gt=0, description="backoff cap, seconds")
     shutdown_timeout: float = Field(default=10.0, ge=0)
+    max_pending: int = Field(
+        default=100_000, ge=1, description="per sink; older overflow goes to the dead letters"
+    )
 
 
 class Config(_Section):

@@ -16,6 +16,13 @@ Guarantees (SQLite in `state.dir`, WAL journal):
   keeps the drain rate high.
 - Duplicate ids are ignored on insert, so a transition is spooled once however often it is
   announced.
+- Bounded queues: when a sink has more than `max_pending` events waiting (it has been down
+  for a very long time), the oldest ones beyond the bound are moved to the dead-letter table
+  with the reason "spool full", counted in `overflowed` and logged by the caller. Nothing is
+  deleted: `maintenance-bridge spool replay` sends them once the sink is back. The bound keeps
+  a recovered sink from being flooded with stale notices ahead of current ones.
+- Disk full (or any write failure) raises `SpoolError` with a clear message and rolls the
+  transaction back: the events and the checkpoint are either both stored or both not.
 
 All database work runs on one dedicated thread, so the event loop never blocks on fsync.
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -33,8 +41,11 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger("bridge.spool")
 
 DB_NAME: Final = "spool.sqlite3"
+DEFAULT_MAX_PENDING: Final = 100_000
+SPOOL_FULL: Final = "spool full: more than delivery.max_pending events waiting for this sink"
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS events (
     seq      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -101,9 +112,14 @@ class DeadLetter:
 class Spool:
     """The SQLite outbox and the watchers' checkpoints (see the module docstring)."""
 
-    def __init__(self, directory: Path, sinks: Sequence[str]) -> None:
+    def __init__(
+        self, directory: Path, sinks: Sequence[str], max_pending: int = DEFAULT_MAX_PENDING
+    ) -> None:
         self.path = directory / DB_NAME
         self.sinks = list(sinks)
+        self.max_pending = max_pending
+        #: Events moved to the dead letters because a sink's queue was full, per sink.
+        self.overflowed: dict[str, int] = {}
         self._directory = directory
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
         self._db: sqlite3.Connection | None = None
@@ -163,7 +179,8 @@ class Spool:
         events: Sequence[NewEvent],
         checkpoints: dict[str, Any],
         sinks: Sequence[str],
-    ) -> list[int]:
+        max_pending: int,
+    ) -> tuple[list[int], dict[str, int]]:
         now = time.time()
         added: list[int] = []
         db.execute("PRAGMA synchronous=FULL")
@@ -188,15 +205,46 @@ class Spool:
                 "updated = excluded.updated",
                 (name, json.dumps(state), now),
             )
+        overflow: dict[str, int] = {}
+        for sink in sinks if added else ():
+            (count,) = db.execute("SELECT COUNT(*) FROM pending WHERE sink = ?", (sink,)).fetchone()
+            if count > max_pending:
+                oldest = db.execute(
+                    "SELECT seq FROM pending WHERE sink = ? ORDER BY seq LIMIT ?",
+                    (sink, count - max_pending),
+                ).fetchall()
+                db.executemany(
+                    "INSERT OR REPLACE INTO dead_letters (sink, seq, reason, attempts, at) "
+                    "SELECT sink, seq, ?, attempts, ? FROM pending WHERE sink = ? AND seq = ?",
+                    [(SPOOL_FULL, now, sink, seq) for (seq,) in oldest],
+                )
+                db.executemany(
+                    "DELETE FROM pending WHERE sink = ? AND seq = ?", [(sink, q) for (q,) in oldest]
+                )
+                overflow[sink] = len(oldest)
         db.execute("COMMIT")
-        return added
+        return added, overflow
 
     async def commit(
         self, events: Sequence[NewEvent], checkpoints: dict[str, Any] | None = None
     ) -> list[int]:
         """Store events and checkpoints atomically and durably; return the new seqs."""
-        sinks = list(self.sinks)
-        return await self._run(lambda db: self._commit(db, events, checkpoints or {}, sinks))
+        sinks, bound = list(self.sinks), self.max_pending
+        added, overflow = await self._run(
+            lambda db: self._commit(db, events, checkpoints or {}, sinks, bound)
+        )
+        for sink, count in overflow.items():
+            self.overflowed[sink] = self.overflowed.get(sink, 0) + count
+            log.error(
+                "sink %s: %d waiting event(s) moved to the dead letters (%s, now %d in all); "
+                "replay them with `maintenance-bridge spool replay --sink %s`",
+                sink,
+                count,
+                SPOOL_FULL,
+                self.overflowed[sink],
+                sink,
+            )
+        return added
 
     async def ack(self, sink: str, seqs: Sequence[int]) -> None:
         def _ack(db: sqlite3.Connection) -> None:

@@ -203,3 +203,44 @@ async def test_checkpoint_and_events_commit_together(spool: Spool) -> None:
     await spool.commit(rows(sample_events(1)), {"gce": {"instance/maintenance-event": {"v": 1}}})
     assert await spool.load_checkpoint("gce") == {"instance/maintenance-event": {"v": 1}}
     assert await spool.load_checkpoint("azure") is None
+
+
+async def test_a_full_queue_moves_the_oldest_to_dead_letters_never_deletes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool = Spool(tmp_path, ["a"], max_pending=3)
+    await spool.open()
+    try:
+        events = sample_events(5)
+        for event in events:
+            await spool.commit(rows([event]))
+        assert (await spool.depth())["a"][0] == 3
+        letters = await spool.dead_letters("a")
+        assert [d.id for d in letters] == [e.get_id() for e in events[:2]]  # the oldest two
+        assert all(d.reason.startswith("spool full") for d in letters)
+        assert spool.overflowed == {"a": 2}
+        assert "moved to the dead letters" in caplog.text
+        assert await spool.replay("a") == 2  # nothing was lost: all five can be delivered
+    finally:
+        await spool.close()
+
+
+async def test_disk_full_is_a_clear_error_and_stores_nothing_half(tmp_path: Path) -> None:
+    from bridge.spool import SpoolError
+
+    spool = Spool(tmp_path, ["a"])
+    await spool.open()
+    try:
+        await spool.commit(rows(sample_events(1)), {"gce": {"v": 1}})
+        # Make SQLite's file unable to grow, as on a full disk (SQLITE_FULL).
+        pages = await spool._run(lambda db: db.execute("PRAGMA page_count").fetchone()[0])
+        await spool._run(lambda db: db.execute(f"PRAGMA max_page_count={pages}"))
+        big = [NewEvent(f"id-{i}", "src", "type", b"x" * 100_000) for i in range(20)]
+        with pytest.raises(SpoolError, match="disk full"):
+            await spool.commit(big, {"gce": {"v": 2}})
+        assert await spool.load_checkpoint("gce") == {"v": 1}  # rolled back together
+        assert (await spool.depth())["a"][0] == 1
+        await spool._run(lambda db: db.execute("PRAGMA max_page_count=1073741823"))
+        assert len(await spool.commit(big, {"gce": {"v": 2}})) == 20  # retried: it works
+    finally:
+        await spool.close()
