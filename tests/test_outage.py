@@ -1,0 +1,141 @@
+"""A webhook receiver that is down for a while (503, hanging, refusing connections) and then
+recovers gets every event, in order; one that answers 400 gets it dead-lettered, replayably.
+
+Real parts only: the webhook sink with its HTTP client, the SQLite spool, the dispatcher and
+an aiohttp receiver on loopback that is switched between behaviours (and stopped and
+restarted on the same port to refuse connections).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from bridge.config import parse_config
+from bridge.dispatch import Dispatcher
+from bridge.events import serialize
+from bridge.runner import build_sinks
+from bridge.spool import NewEvent, Spool
+from tests.factories import sample_events
+from tests.support import assert_valid
+
+
+class FlakyReceiver:
+    def __init__(self) -> None:
+        self.mode = "ok"  # ok | 503 | hang | 400
+        self.received: list[dict[str, Any]] = []
+        self.attempts = 0
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.attempts += 1
+        body = await request.read()
+        if self.mode == "503":
+            return web.Response(status=503, headers={"Retry-After": "0"})
+        if self.mode == "hang":
+            await asyncio.sleep(3600)
+        if self.mode == "400":
+            return web.Response(status=400, text="schema mismatch")
+        self.received.append(assert_valid(json.loads(body)))
+        return web.Response(status=204)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/hook", self.handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[FlakyReceiver]:
+    rec = FlakyReceiver()
+    await rec.start()
+    yield rec
+    await rec.stop()
+
+
+async def deliver(tmp_path: Path, url: str) -> tuple[Spool, Dispatcher, list[str]]:
+    config = parse_config({"sinks": [{"type": "webhook", "url": url, "timeout": 0.3}]})
+    sinks = build_sinks(config)
+    spool = Spool(tmp_path, [s.name for s in sinks])
+    await spool.open()
+    events = sample_events(8)
+    await spool.commit(
+        [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
+    )
+    dispatcher = Dispatcher(spool, sinks, retry_initial=0.02, retry_max=0.1)
+    dispatcher.start()
+    dispatcher.notify()
+    return spool, dispatcher, [e.get_id() for e in events]
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+    """Poll: the condition spans the receiver, the dispatcher and the spool (no one event)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("outage", ["503", "hang", "refuse"])
+async def test_everything_arrives_after_the_receiver_recovers(
+    tmp_path: Path, receiver: FlakyReceiver, outage: str
+) -> None:
+    if outage == "refuse":
+        await receiver.stop()
+    else:
+        receiver.mode = outage
+    spool, dispatcher, ids = await deliver(tmp_path, receiver.url)
+    try:
+        await asyncio.sleep(1.0)  # down for a while: many failed attempts
+        assert receiver.received == []
+        assert dispatcher.stats["webhook"].retried >= 3
+        if outage == "refuse":
+            await receiver.start()  # same port
+        receiver.mode = "ok"
+        await wait_until(lambda: len(receiver.received) >= len(ids))
+        assert [e["id"] for e in receiver.received] == ids  # all, in order, once each
+        await wait_until(lambda: dispatcher.stats["webhook"].delivered == len(ids))
+    finally:
+        await dispatcher.stop(1.0)
+        assert await spool.depth() == {}
+        assert await spool.dead_letters() == []
+        await spool.close()
+
+
+async def test_a_400_is_dead_lettered_and_replay_delivers_it(
+    tmp_path: Path, receiver: FlakyReceiver
+) -> None:
+    receiver.mode = "400"
+    spool, dispatcher, ids = await deliver(tmp_path, receiver.url)
+    try:
+        await wait_until(lambda: dispatcher.stats["webhook"].dead_lettered == len(ids))
+        letters = await spool.dead_letters()
+        assert [d.id for d in letters] == ids
+        assert all("HTTP 400" in d.reason for d in letters)
+        receiver.mode = "ok"
+        assert await spool.replay() == len(ids)
+        dispatcher.notify()
+        await wait_until(lambda: len(receiver.received) == len(ids))
+        assert [e["id"] for e in receiver.received] == ids
+    finally:
+        await dispatcher.stop(1.0)
+        await spool.close()
