@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,7 +53,7 @@ async def commit_latency(directory: Path, count: int) -> list[float]:
     spool = Spool(directory, ["webhook"])
     await spool.open()
     events = sample_events(count)
-    timings = []
+    timings: list[float] = []
     for event in events:
         row = NewEvent(event.get_id(), event.get_source(), event.get_type(), serialize(event))
         started = time.perf_counter()
@@ -78,7 +77,7 @@ async def drain(directory: Path, url: str, total: int) -> float:
     started = time.perf_counter()
     dispatcher.start()
     dispatcher.notify()
-    while dispatcher.stats["webhook"].delivered < total:
+    while dispatcher.stats["webhook"].delivered < total:  # noqa: ASYNC110 - a progress poll
         await asyncio.sleep(0.05)
     elapsed = time.perf_counter() - started
     await dispatcher.stop(5.0)
@@ -92,7 +91,7 @@ async def main() -> None:
     parser.add_argument("--latency-samples", type=int, default=300)
     args = parser.parse_args()
     port = free_port()
-    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, str(port)])
+    receiver = await asyncio.create_subprocess_exec(sys.executable, "-c", RECEIVER, str(port))
     try:
         await asyncio.sleep(1.0)
         with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
@@ -100,7 +99,7 @@ async def main() -> None:
             rate = await drain(Path(two), f"http://127.0.0.1:{port}/hook", args.events)
     finally:
         receiver.terminate()
-        receiver.wait()
+        await receiver.wait()
     quantiles = statistics.quantiles(latency, n=100)
     print(
         f"machine: {platform.machine()}, {platform.python_implementation()} "
