@@ -139,3 +139,61 @@ async def test_a_400_is_dead_lettered_and_replay_delivers_it(
     finally:
         await dispatcher.stop(1.0)
         await spool.close()
+
+
+async def test_sigterm_during_a_backlog_exits_within_the_deadline_keeping_the_rest(
+    tmp_path: Path, receiver: FlakyReceiver
+) -> None:
+    import signal
+    import sys
+    import time
+
+    from bridge.simulator import Simulator
+
+    receiver.mode = "hang"  # every send stays in flight
+    state = tmp_path / "state"
+    spool = Spool(state, ["webhook"])
+    await spool.open()
+    events = sample_events(50)
+    await spool.commit(
+        [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
+    )
+    await spool.close()
+    async with Simulator(provider="azure") as sim:
+        config = tmp_path / "bridge.toml"
+        config.write_text(f"""
+[source]
+provider = "azure"
+[source.azure]
+imds_url = "{sim.azure_url}"
+[state]
+dir = "{state}"
+[delivery]
+shutdown_timeout = 1.0
+[[sinks]]
+type = "webhook"
+url = "{receiver.url}"
+timeout = 30
+""")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bridge",
+            "run",
+            "--config",
+            str(config),
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        await wait_until(lambda: receiver.attempts >= 1)  # a send is in flight
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 10)
+        elapsed = time.monotonic() - started
+    assert code == 0
+    assert elapsed < 3.0  # the 1 s deadline, plus process exit
+    spool = Spool(state, ["webhook"])
+    await spool.open()
+    try:
+        assert (await spool.depth())["webhook"][0] == 50  # nothing acknowledged, all kept
+    finally:
+        await spool.close()
