@@ -65,7 +65,6 @@ class Dispatcher:
         self._sleep = sleep or asyncio.sleep
         self._wakeups = {sink.name: asyncio.Event() for sink in self.sinks}
         self._stopping = asyncio.Event()
-        self._busy: dict[str, bool] = {sink.name: False for sink in self.sinks}
         self.stats = {sink.name: SinkStats() for sink in self.sinks}
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -85,6 +84,8 @@ class Dispatcher:
         Workers that are idle or waiting out a backoff stop at once; the rest of the
         backlog stays in the spool for the next start.
         """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         self._stopping.set()
         self.notify()
         if self._tasks:
@@ -97,10 +98,8 @@ class Dispatcher:
                     "shutdown deadline reached; %d sink(s) still sending, kept in spool",
                     len(still_running),
                 )
-        deadline_left = max(0.1, timeout)
-        await asyncio.gather(
-            *(sink.close(deadline_left) for sink in self.sinks), return_exceptions=True
-        )
+        left = max(0.1, deadline - loop.time())  # closing shares the same deadline
+        await asyncio.gather(*(sink.close(left) for sink in self.sinks), return_exceptions=True)
 
     async def _attempt(self, sink: Sink, batch: list[Spooled]) -> Result:
         try:
@@ -173,7 +172,8 @@ class Dispatcher:
                 batch = await self._spool.pending(name, 1 if single else sink.max_batch)
             except SpoolError as exc:
                 log.error("sink %s: cannot read the spool: %s", name, exc)
-                await self._pause(5.0)
+                if await self._stopped_during_pause(5.0):
+                    return
                 continue
             if not batch:
                 single = False
@@ -181,13 +181,10 @@ class Dispatcher:
                     return
                 await wakeup.wait()
                 continue
-            self._busy[name] = True
             try:
                 result = await self._deliver(sink, batch)
             except _Stop:
                 return
-            finally:
-                self._busy[name] = False
             seqs = [item.seq for item in batch]
             try:
                 if isinstance(result, Ok):
@@ -209,11 +206,16 @@ class Dispatcher:
                     stats.last_error = result.reason
             except SpoolError as exc:
                 log.error("sink %s: cannot update the spool: %s", name, exc)
-                await self._pause(5.0)
+                if await self._stopped_during_pause(5.0):
+                    return
 
-    async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(_Stop):
+    async def _stopped_during_pause(self, seconds: float) -> bool:
+        """Wait out a spool failure; True when shutdown began (stop, don't spin on it)."""
+        try:
             await self._interruptible_sleep(seconds)
+        except _Stop:
+            return True
+        return False
 
 
 class _Stop(Exception):
