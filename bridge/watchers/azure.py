@@ -201,6 +201,7 @@ class AzureWatcher:
             not_before = parse_not_before(event.get("NotBefore"))
             if not_before is None and known and known.get("not_before"):
                 not_before = datetime.fromisoformat(known["not_before"])  # kept from Scheduled
+            revision = ""
             if status_text == "Started":
                 if not known or known["status"] != "Started":
                     notices.append(self._notice(event, Status.STARTED, "", not_before))
@@ -218,7 +219,7 @@ class AzureWatcher:
                 status_text = "Scheduled"
             self._known[event_id] = {
                 "status": status_text,
-                "revision": fingerprint(event) if status_text == "Scheduled" else "",
+                "revision": revision,
                 "not_before": not_before.isoformat() if not_before else None,
                 "event": event,
             }

@@ -27,7 +27,7 @@ import httpx
 from bridge.config import GceSource
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status, Window
 from bridge.watchers.base import Clock, Update, episode_id, fingerprint, utcnow
-from bridge.watchers.http import MetadataClient, MetadataError, Sleep, _real_sleep
+from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
 
 log = logging.getLogger("bridge.watchers.gce")
 
@@ -313,10 +313,10 @@ class GceWatcher:
         if not notice_id:
             assert self.instance is not None
             notice_id = episode_id(self.instance.id, UPCOMING, self._clock().isoformat())
-        if status == Status.STARTED and previous.get("status") == Status.STARTED.value:
-            revision = fingerprint(payload)  # fields changed while ongoing: announce again
-        else:
-            revision = fingerprint(payload) if status == Status.SCHEDULED else ""
+        # The first `started` is one transition; any other announcement (scheduled, or fields
+        # changed while ongoing) is told apart by its content.
+        first_start = status == Status.STARTED and previous.get("status") != Status.STARTED.value
+        revision = "" if first_start else fingerprint(payload)
         notice = self._upcoming_notice(upcoming, status, notice_id, revision, raw)
         state.update(notice_id=notice_id, status=status.value)
         return [notice], state
@@ -380,11 +380,7 @@ class GceWatcher:
     async def _follow(self, key: str, queue: asyncio.Queue[Update]) -> None:
         etag: str | None = None
         while True:
-            try:
-                status, body, new_etag = await self._read(key, etag)
-            except MetadataError as exc:  # pragma: no cover - request() retries forever
-                log.warning("%s: %s", key, exc)
-                continue
+            status, body, new_etag = await self._read(key, etag)  # retries until it succeeds
             if etag is not None and new_etag == etag:
                 continue  # timeout_sec elapsed with no change
             notices = self._apply(key, status, body, new_etag)
