@@ -105,10 +105,19 @@ class Delivery(_Section):
     )
 
 
+class Listener(_Section):
+    """The bridge's one HTTP listener: metrics, health, readiness and the status API."""
+
+    enabled: bool = True
+    host: str = Field(default="127.0.0.1", description="loopback unless a probe must reach it")
+    port: int = Field(default=9787, ge=0, le=65535, description="0 picks a free port")
+
+
 class Config(_Section):
     source: Source = Source()
     state: State = State()
     delivery: Delivery = Delivery()
+    listener: Listener = Listener()
     sinks: tuple[SinkConfig, ...] = ()
 
     def sink_names(self) -> list[str]:
