@@ -154,30 +154,53 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, first, sig)
 
 
-async def _detect_forever(config: Config) -> ProviderName:
+async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> ProviderName | None:
+    """Detect the cloud, retrying with backoff; None when asked to stop first."""
     from bridge.watchers.detect import DetectionError, detect
 
     delay = 2.0
-    while True:
+    while not stop.is_set():
         try:
             return await detect(config.source)
         except DetectionError as exc:
             log.error("%s\nretrying in %.0fs", exc, delay)
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
             delay = min(delay * 2, 60.0)
+    return None
 
 
 async def _run(config: Config, stop: asyncio.Event | None = None) -> int:
+    from bridge.health import HealthMonitor
+    from bridge.listener import ListenerError
+    from bridge.routes import serving
     from bridge.runner import Bridge, build_sinks, watcher_factory
     from bridge.spool import Spool
 
     stop = stop or asyncio.Event()
     _install_signal_handlers(stop)
-    provider = await _detect_forever(config)
-    sinks = build_sinks(config)
-    spool = Spool(config.state.dir, [sink.name for sink in sinks], config.delivery.max_pending)
-    bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
-    await bridge.run(stop)
+    monitor = HealthMonitor()
+    try:
+        async with serving(config.listener, monitor):
+            monitor.phase = "detecting"
+            provider = await _detect_until_stopped(config, stop)
+            if provider is None:
+                return EXIT_OK
+            sinks = build_sinks(config)
+            spool = Spool(
+                config.state.dir, [sink.name for sink in sinks], config.delivery.max_pending
+            )
+            bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
+            monitor.attach(bridge)
+            checks = asyncio.create_task(monitor.run_sink_checks(), name="sink-checks")
+            try:
+                await bridge.run(stop)
+            finally:
+                monitor.phase = "stopping"
+                checks.cancel()
+    except ListenerError as exc:
+        print(f"maintenance-bridge: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -38,8 +39,12 @@ def watcher_factory(
 ) -> WatcherFactory:
     """A function that builds the provider's watcher from a checkpoint.
 
-    `client_options` go to the metadata client (tests shorten its backoff).
+    `client_options` go to the metadata client (tests shorten its backoff). Every watcher
+    the function builds shares one `RequestStats`, so the metrics survive a rebuild.
     """
+    from bridge.watchers.http import RequestStats
+
+    client_options.setdefault("stats", RequestStats())
     if provider == "gce":
         from bridge.watchers import gce
 
@@ -86,6 +91,9 @@ class Bridge:
     #: The notices in force, by (watcher, notice id): what `/v1/notices` serves.
     current: dict[tuple[str, str], CloudEvent] = field(init=False, default_factory=dict)
     notices_seen: int = field(init=False, default=0)
+    #: Notices seen since start, by (provider, kind, status): the metrics' counter.
+    notice_counts: Counter[tuple[str, str, str]] = field(init=False, default_factory=Counter)
+    _tasks: dict[str, asyncio.Task[None]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         delivery = self.config.delivery
@@ -129,6 +137,9 @@ class Bridge:
                     events = await self._commit(name, update)
                     for notice, event in zip(update.notices, events, strict=True):
                         self.notices_seen += 1
+                        self.notice_counts[
+                            (notice.provider.value, notice.kind.value, notice.status.value)
+                        ] += 1
                         self._remember(name, notice, event)
                         log.info(
                             "notice: %s",
@@ -148,15 +159,20 @@ class Bridge:
                 await self.sleep(delay)
                 delay = min(delay * 2, 60.0)
 
+    def watch_tasks_alive(self) -> dict[str, bool]:
+        """Per watcher: is its task running (it restarts itself after failures)?"""
+        return {name: not task.done() for name, task in self._tasks.items()}
+
     async def run(self, stop: asyncio.Event) -> None:
         await self.spool.open()
         try:
             self.dispatcher.start()
             self.dispatcher.notify()  # deliver what a previous run left behind
-            tasks = [
-                asyncio.create_task(self._watch(name), name=f"watch:{name}")
+            self._tasks = {
+                name: asyncio.create_task(self._watch(name), name=f"watch:{name}")
                 for name in self.factories
-            ]
+            }
+            tasks = list(self._tasks.values())
             stopper = asyncio.create_task(stop.wait())
             _done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for task in tasks:

@@ -6,16 +6,26 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import httpx
 
 from bridge.events import schema
 from bridge.simulator import Simulator, SimulatorThread
 from tests.support import assert_valid
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def bridge(
@@ -117,8 +127,11 @@ def test_once_without_any_metadata_service_says_so(tmp_path: Path) -> None:
     assert "no metadata service found" in result.stderr
 
 
-async def test_run_delivers_to_a_file_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+async def test_run_delivers_to_a_file_serves_its_listener_and_exits_0_on_sigterm(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "events.jsonl"
+    port = free_port()
     async with Simulator(provider="azure") as sim:
         sim.faults.set(provider="azure", rate_limit=False)
         config = write_config(
@@ -133,6 +146,8 @@ imds_url = "{sim.azure_url}"
 poll_interval = 0.25
 [state]
 dir = "{tmp_path / "state"}"
+[listener]
+port = {port}
 [[sinks]]
 type = "file"
 path = "{out}"
@@ -156,6 +171,9 @@ path = "{out}"
             while not (out.exists() and out.read_text().strip()):
                 assert time.monotonic() < deadline, "no event delivered"
                 await asyncio.sleep(0.1)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                healthz = await client.get("/healthz")
+                metrics = await client.get("/metrics")
             process.send_signal(signal.SIGTERM)
             code = await asyncio.wait_for(process.wait(), 15)
         finally:
@@ -168,6 +186,59 @@ path = "{out}"
     assert assert_valid(json.loads(line))["data"]["kind"] == "freeze"
     log_lines = [json.loads(entry) for entry in logs.splitlines() if entry.startswith("{")]
     assert any(entry["message"].startswith("notice: azure freeze scheduled") for entry in log_lines)
+    assert any(entry["message"].startswith("listening on http://127.0.0.1:") for entry in log_lines)
+    assert healthz.status_code == 200
+    assert 'maintenance_bridge_events_delivered_total{sink="file"} 1' in metrics.text
+
+
+async def test_sigterm_while_no_cloud_is_found_yet_exits_0(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "bridge.toml",
+        f"""
+[source]
+provider = "auto"
+detect_timeout = 0.2
+[source.gce]
+metadata_url = "http://127.0.0.1:9/computeMetadata/v1/"
+[source.azure]
+imds_url = "http://127.0.0.1:9/metadata/"
+[state]
+dir = "{tmp_path / "state"}"
+[listener]
+port = 0
+""",
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bridge",
+        "run",
+        "--config",
+        str(config),
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    line = await asyncio.wait_for(process.stderr.readline(), 20)
+    while b"no metadata service found" not in line:
+        line = await asyncio.wait_for(process.stderr.readline(), 20)
+    process.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(process.wait(), 10) == 0
+
+
+def test_a_listener_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = write_config(
+            tmp_path / "bridge.toml",
+            f'[state]\ndir = "{tmp_path}"\n[listener]\nport = {port}\n',
+        )
+        result = bridge("run", "--config", str(config), timeout=30)
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "listener.enabled = false" in result.stderr
 
 
 def test_demo_plays_the_scenario_and_prints_valid_events() -> None:

@@ -138,6 +138,8 @@ imds_url = "{sim.azure_url}"
 poll_interval = 0.2
 [state]
 dir = "{tmp_path / "state"}"
+[listener]
+port = 0
 [delivery]
 retry_initial = 0.05
 retry_max = 0.2

@@ -168,6 +168,8 @@ provider = "azure"
 imds_url = "{sim.azure_url}"
 [state]
 dir = "{state}"
+[listener]
+port = 0
 [delivery]
 shutdown_timeout = 1.0
 [[sinks]]

@@ -28,7 +28,7 @@ import httpx
 from bridge.config import AzureSource
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status
 from bridge.watchers.base import Clock, Update, fingerprint, utcnow
-from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
+from bridge.watchers.http import MetadataClient, RequestStats, Sleep, _real_sleep
 
 log = logging.getLogger("bridge.watchers.azure")
 
@@ -108,6 +108,10 @@ class AzureWatcher:
         self._sleep = sleep
         self._first_call = True
         self.instance: Instance | None = None
+
+    @property
+    def stats(self) -> RequestStats:
+        return self._client.stats
 
     @property
     def healthy(self) -> bool:

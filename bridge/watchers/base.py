@@ -13,9 +13,12 @@ import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.model import Instance, Notice
+
+if TYPE_CHECKING:
+    from bridge.watchers.http import RequestStats
 
 Clock = Callable[[], datetime]
 
@@ -44,6 +47,11 @@ class Watcher(Protocol):
 
     async def snapshot(self) -> list[Notice]:
         """The notices in force right now, ignoring any checkpoint (for `once`)."""
+        ...
+
+    @property
+    def stats(self) -> RequestStats:
+        """The metadata client's counters (shared across rebuilds of this watcher)."""
         ...
 
     @property

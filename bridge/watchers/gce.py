@@ -27,7 +27,7 @@ import httpx
 from bridge.config import GceSource
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status, Window
 from bridge.watchers.base import Clock, Update, episode_id, fingerprint, utcnow
-from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
+from bridge.watchers.http import MetadataClient, RequestStats, Sleep, _real_sleep
 
 log = logging.getLogger("bridge.watchers.gce")
 
@@ -172,6 +172,10 @@ class GceWatcher:
         self._sleep = sleep
         self.instance: Instance | None = None
         self._on_host_maintenance: str | None = None
+
+    @property
+    def stats(self) -> RequestStats:
+        return self._client.stats
 
     @property
     def healthy(self) -> bool:

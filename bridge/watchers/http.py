@@ -11,6 +11,7 @@ service is the only source of the notices: giving up would mean missing one.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_never
 
 from bridge.backoff import Backoff
+from bridge.prometheus import Histogram
 
 log = logging.getLogger("bridge.metadata")
 
@@ -41,10 +43,18 @@ class RequestStats:
     requests: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     consecutive_failures: int = 0
+    #: Wall-clock time of the last usable answer (None until the first).
+    last_success: float | None = None
+    #: How long each request took, answered or not (long polls included).
+    durations: Histogram = field(default_factory=Histogram)
 
     def failed(self, cause: str) -> None:
         self.errors[cause] = self.errors.get(cause, 0) + 1
         self.consecutive_failures += 1
+
+    def succeeded(self) -> None:
+        self.consecutive_failures = 0
+        self.last_success = time.time()
 
 
 def _retry_after_of_error(state: RetryCallState) -> float | None:
@@ -76,13 +86,15 @@ class MetadataClient:
         retry_max: float = 30.0,
         sleep: Sleep = _real_sleep,
         transport: httpx.AsyncBaseTransport | None = None,
+        stats: RequestStats | None = None,
     ) -> None:
         self.base_url = base_url
         self._required = required_response_header
         self._retry_initial = retry_initial
         self._retry_max = retry_max
         self._sleep = sleep
-        self.stats = RequestStats()
+        #: Shared across the clients of one watcher's rebuilds, so counters never go back.
+        self.stats = stats or RequestStats()
         self._client = httpx.AsyncClient(
             base_url=base_url,
             headers=dict(request_headers),
@@ -110,16 +122,20 @@ class MetadataClient:
         extra: dict[str, Any] = {}
         if timeout is not None:
             extra["timeout"] = httpx.Timeout(timeout)
+        started = time.monotonic()
         try:
             response = await self._client.request(
                 method, path, params=params, content=content, **extra
             )
         except httpx.TimeoutException as exc:
+            self.stats.durations.observe(time.monotonic() - started)
             self.stats.failed("timeout")
             raise MetadataError(f"{method} {path}: timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
+            self.stats.durations.observe(time.monotonic() - started)
             self.stats.failed("connection")
             raise MetadataError(f"{method} {path}: {exc or type(exc).__name__}") from exc
+        self.stats.durations.observe(time.monotonic() - started)
         if 300 <= response.status_code < 400:
             self.stats.failed("redirect")
             raise MetadataError(
@@ -142,7 +158,7 @@ class MetadataClient:
                 response.status_code,
                 _retry_after(response),
             )
-        self.stats.consecutive_failures = 0
+        self.stats.succeeded()
         return response
 
     async def request(

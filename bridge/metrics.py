@@ -1,0 +1,168 @@
+"""What `/metrics` exposes: every figure read from where the bridge already keeps it.
+
+Names follow Prometheus conventions (`_total` counters, base units, one prefix). Counters
+are per process: a restart resets them, which Prometheus' `rate()` and `increase()` handle.
+The spool gauges come from the spool itself, so they are right across restarts too.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from typing import TYPE_CHECKING, Final
+
+from bridge import __version__
+from bridge.prometheus import Exposition
+
+if TYPE_CHECKING:
+    from bridge.health import HealthMonitor
+
+PREFIX: Final = "maintenance_bridge_"
+_STARTED: Final = time.time()
+_PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _resident_bytes() -> float:
+    """Current RSS from /proc on Linux; the peak from getrusage elsewhere."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return float(int(statm.read().split()[1]) * _PAGE_SIZE)
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return float(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _process(out: Exposition) -> None:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out.add(
+        "process_cpu_seconds_total",
+        "counter",
+        "User and system CPU time spent, in seconds.",
+        [({}, usage.ru_utime + usage.ru_stime)],
+    )
+    out.add(
+        "process_resident_memory_bytes", "gauge", "Resident memory size.", [({}, _resident_bytes())]
+    )
+    out.add(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since the Unix epoch.",
+        [({}, _STARTED)],
+    )
+
+
+async def render(monitor: HealthMonitor) -> str:
+    """The text exposition of the bridge's state right now."""
+    out = Exposition()
+    bridge = monitor.bridge
+    providers = sorted(bridge.factories) if bridge else []
+    out.add(
+        PREFIX + "info",
+        "gauge",
+        "Always 1; the labels say which version watches which provider.",
+        [({"version": __version__, "provider": p, "phase": monitor.phase}, 1) for p in providers]
+        or [({"version": __version__, "provider": "", "phase": monitor.phase}, 1)],
+    )
+    _process(out)
+    if bridge is None:
+        return out.text()
+
+    out.add(
+        PREFIX + "notices_total",
+        "counter",
+        "Notices seen (each is one CloudEvent), by provider, kind and status.",
+        [
+            ({"provider": p, "kind": k, "status": s}, n)
+            for (p, k, s), n in sorted(bridge.notice_counts.items())
+        ],
+    )
+
+    watchers = {name: bridge.watchers[name] for name in providers if name in bridge.watchers}
+    out.add(
+        PREFIX + "metadata_requests_total",
+        "counter",
+        "Requests made to the metadata service, answered or not.",
+        [({"provider": name}, w.stats.requests) for name, w in watchers.items()],
+    )
+    out.add(
+        PREFIX + "metadata_errors_total",
+        "counter",
+        "Failed metadata requests by cause: an HTTP status, timeout, connection, redirect, "
+        "missing-vendor-header or malformed.",
+        [
+            ({"provider": name, "cause": cause}, count)
+            for name, w in watchers.items()
+            for cause, count in sorted(w.stats.errors.items())
+        ],
+    )
+    out.add(
+        PREFIX + "metadata_up",
+        "gauge",
+        "1 when the last metadata request succeeded.",
+        [({"provider": name}, 1 if w.healthy else 0) for name, w in watchers.items()],
+    )
+    out.add(
+        PREFIX + "metadata_last_success_timestamp_seconds",
+        "gauge",
+        "When the metadata service last answered usefully (Unix time).",
+        [
+            ({"provider": name}, w.stats.last_success)
+            for name, w in watchers.items()
+            if w.stats.last_success is not None
+        ],
+    )
+    out.add_histogram(
+        PREFIX + "metadata_request_duration_seconds",
+        "Duration of metadata requests, long polls included (GCE waits up to its timeout).",
+        [({"provider": name}, w.stats.durations) for name, w in watchers.items()],
+    )
+
+    sink_names = [sink.name for sink in bridge.sinks]
+    stats = bridge.dispatcher.stats
+    for metric, attribute, help_text in (
+        ("events_delivered_total", "delivered", "Events the sink acknowledged."),
+        ("events_retried_total", "retried", "Failed delivery attempts that will be retried."),
+        ("events_dead_lettered_total", "dead_lettered", "Events the sink rejected for good."),
+    ):
+        out.add(
+            PREFIX + metric,
+            "counter",
+            help_text,
+            [({"sink": name}, getattr(stats[name], attribute)) for name in sink_names],
+        )
+    out.add(
+        PREFIX + "spool_overflowed_total",
+        "counter",
+        "Events moved to the dead letters because the sink's queue hit delivery.max_pending.",
+        [({"sink": name}, bridge.spool.overflowed.get(name, 0)) for name in sink_names],
+    )
+    depth = await bridge.spool.depth()
+    now = time.time()
+    out.add(
+        PREFIX + "spool_pending",
+        "gauge",
+        "Events spooled and not yet delivered, per sink.",
+        [({"sink": name}, depth.get(name, (0, None))[0]) for name in sink_names],
+    )
+    out.add(
+        PREFIX + "spool_oldest_pending_age_seconds",
+        "gauge",
+        "Age of the oldest undelivered event per sink (0 when none is waiting).",
+        [
+            (
+                {"sink": name},
+                max(0.0, now - oldest) if (oldest := depth.get(name, (0, None))[1]) else 0,
+            )
+            for name in sink_names
+        ],
+    )
+    readiness = {check.name: check.ok for check in monitor.readiness()}
+    out.add(
+        PREFIX + "sink_up",
+        "gauge",
+        "1 when the sink's last health check passed and its deliveries are not failing.",
+        [({"sink": name}, 1 if readiness.get(f"sink:{name}", False) else 0) for name in sink_names],
+    )
+    return out.text()
