@@ -93,6 +93,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("schema", help="print the JSON Schema of the events (version 1)")
 
+    doctor = commands.add_parser(
+        "doctor",
+        help="check cloud, metadata access, identity, state and sinks; print what to fix",
+        description="Detect the cloud, read the metadata service with the bridge's own client "
+        "(vendor headers, no redirects, no proxy), read the VM identity and the notices in force, "
+        "check the state directory and every sink's credentials and health, and print a table. "
+        "Exit status 1 when a check failed.",
+    )
+    _add_config_arg(doctor)
+    doctor.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="deadline of each network step, seconds (default: 10)",
+    )
+
     validate = commands.add_parser("validate-config", help="check a configuration file")
     validate.add_argument(
         "path", type=Path, nargs="?", default=None, help=f"file to check (default: ${CONFIG_ENV})"
@@ -265,6 +281,19 @@ async def _demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _doctor(args: argparse.Namespace, config: Config) -> int:
+    from bridge.doctor import Doctor, render
+
+    findings = await Doctor(config, args.config or _env_config_path(), args.timeout).run()
+    sys.stdout.write(render(findings))
+    return EXIT_FAILURE if any(f.verdict == "fail" for f in findings) else EXIT_OK
+
+
+def _env_config_path() -> Path | None:
+    value = os.environ.get(CONFIG_ENV)
+    return Path(value) if value else None
+
+
 async def _spool(args: argparse.Namespace, config: Config) -> int:
     import datetime as dt
 
@@ -342,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "run": lambda: _run(config),
             "once": lambda: _once(config),
             "spool": lambda: _spool(args, config),
+            "doctor": lambda: _doctor(args, config),
         }
         return int(asyncio.run(runners[command]()))
     except ConfigError as exc:
