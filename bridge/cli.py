@@ -108,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="deadline of each network step, seconds (default: 10)",
     )
+    doctor.add_argument(
+        "--send-test-event",
+        action="store_true",
+        help="also publish one io.maintenancebridge.test event to each sink (not spooled)",
+    )
 
     validate = commands.add_parser("validate-config", help="check a configuration file")
     validate.add_argument(
@@ -284,7 +289,8 @@ async def _demo(args: argparse.Namespace) -> int:
 async def _doctor(args: argparse.Namespace, config: Config) -> int:
     from bridge.doctor import Doctor, render
 
-    findings = await Doctor(config, args.config or _env_config_path(), args.timeout).run()
+    doctor = Doctor(config, args.config or _env_config_path(), args.timeout)
+    findings = await doctor.run(send_test_event=args.send_test_event)
     sys.stdout.write(render(findings))
     return EXIT_FAILURE if any(f.verdict == "fail" for f in findings) else EXIT_OK
 

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from bridge.config import Config
+from bridge.model import Instance
 from bridge.watchers.base import Watcher
 from bridge.watchers.http import MetadataClient, MetadataError
-from sinks.base import Sink
+from sinks.base import Ok, Reject, Sink
 
 Verdict = Literal["ok", "warn", "fail", "skip"]
 T = TypeVar("T")
@@ -42,6 +43,7 @@ class Doctor:
         self.config_path = config_path
         self.timeout = timeout
         self.findings: list[Finding] = []
+        self.instance: Instance | None = None
 
     def note(self, check: str, verdict: Verdict, detail: str, fix: str = "") -> None:
         self.findings.append(Finding(check, verdict, detail, fix))
@@ -49,7 +51,7 @@ class Doctor:
     async def _bounded(self, step: Callable[[], Awaitable[T]]) -> T:
         return await asyncio.wait_for(step(), self.timeout)
 
-    async def run(self) -> list[Finding]:
+    async def run(self, send_test_event: bool = False) -> list[Finding]:
         where = str(self.config_path) if self.config_path else "built-in defaults + environment"
         self.note("configuration", "ok", f"{where}: valid, {len(self.config.sinks)} sink(s)")
         proxies = [
@@ -71,7 +73,7 @@ class Doctor:
                 await watcher.aclose()
         self._state()
         await self._listener()
-        await self._sinks()
+        await self._sinks(send_test_event)
         return self.findings
 
     async def _detect(self) -> Literal["gce", "azure"] | None:
@@ -140,6 +142,7 @@ class Doctor:
                 "see the metadata check above",
             )
             return
+        self.instance = instance
         where = instance.zone or instance.location or "?"
         self.note(
             "identity",
@@ -212,7 +215,7 @@ class Doctor:
                 "set listener.port to a free port",
             )
 
-    async def _sinks(self) -> None:
+    async def _sinks(self, send_test_event: bool) -> None:
         from sinks import registry
 
         names = self.config.sink_names()
@@ -226,11 +229,11 @@ class Doctor:
                 self.note(f"sink {name}", "fail", f"cannot be created: {exc}", "check its settings")
                 continue
             try:
-                await self._sink(sink)
+                await self._sink(sink, send_test_event)
             finally:
                 await sink.close(self.timeout)
 
-    async def _sink(self, sink: Sink) -> None:
+    async def _sink(self, sink: Sink, send_test_event: bool) -> None:
         check = f"sink {sink.name}"
         try:
             health = await self._bounded(sink.healthcheck)
@@ -241,6 +244,31 @@ class Doctor:
             self.note(check, "fail", f"health check raised {type(exc).__name__}: {exc}")
             return
         self.note(check, "ok" if health.ok else "fail", health.detail)
+        if send_test_event:
+            await self._send_test_event(sink)
+
+    async def _send_test_event(self, sink: Sink) -> None:
+        """Publish one `io.maintenancebridge.test` event straight to the sink (not spooled)."""
+        from bridge.audit import test_event
+
+        check = f"sink {sink.name} test event"
+        if self.instance is None:
+            self.note(check, "skip", "needs the VM identity (see above)")
+            return
+        event = test_event(self.instance, "sent by maintenance-bridge doctor --send-test-event")
+        try:
+            result = await self._bounded(lambda: sink.publish([event]))
+        except TimeoutError:
+            self.note(check, "fail", f"not accepted in {self.timeout:g}s")
+            return
+        except Exception as exc:
+            self.note(check, "fail", f"publish raised {type(exc).__name__}: {exc}")
+            return
+        if isinstance(result, Ok):
+            self.note(check, "ok", f"accepted {event.get_type()} id {event.get_id()}")
+        else:
+            kind = "refused for good" if isinstance(result, Reject) else "not accepted"
+            self.note(check, "fail", f"{kind}: {result.reason}")
 
 
 SYMBOL: dict[Verdict, str] = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}

@@ -5,6 +5,7 @@ receiver (aiohttp on loopback): what it reports for a healthy setup and for each
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bridge.simulator import Simulator
-from tests.sinks.webhook_receiver import WebhookReceiver
+from tests.sinks.webhook_receiver import Reply, WebhookReceiver
+from tests.support import assert_valid
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,3 +158,29 @@ async def test_an_azure_event_in_force_is_a_warning(
     assert "WARN" in notices
     assert "freeze scheduled" in notices
     assert "0 check(s) failed, 1 warning(s)" in output
+
+
+async def test_send_test_event_delivers_a_valid_test_event_to_each_sink(
+    gce_sim: Simulator, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    code, output = await doctor(
+        config_file(tmp_path, gce_source(gce_sim), receiver.url), "--send-test-event"
+    )
+    assert code == 0, output
+    assert "accepted io.maintenancebridge.test id " in line(output, "sink webhook test event")
+    (post,) = receiver.posts()
+    event = assert_valid(json.loads(post.body))
+    assert event["type"] == "io.maintenancebridge.test"
+    assert event["source"].endswith("/instances/sim-vm-1")
+    assert not (tmp_path / "state" / "spool.db").exists()  # sent directly, never spooled
+
+
+async def test_a_test_event_the_receiver_refuses_is_a_failure(
+    gce_sim: Simulator, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    receiver.default = Reply(400)
+    code, output = await doctor(
+        config_file(tmp_path, gce_source(gce_sim), receiver.url), "--send-test-event"
+    )
+    assert code == 1
+    assert "refused for good" in line(output, "sink webhook test event")
