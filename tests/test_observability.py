@@ -102,6 +102,13 @@ async def test_counters_move_as_a_scenario_plays(gce_sim: Simulator, tmp_path: P
         await running.wait_for(1)
         gce_sim.gce.set("instance/maintenance-event", "NONE")
         await running.wait_for(2)
+
+        async def acknowledged() -> bool:
+            # The sink holds the event a moment before the dispatcher records the ack.
+            scraped = await scrape(client)
+            return value(scraped, "maintenance_bridge_events_delivered_total", sink="memory") == 2
+
+        await eventually(acknowledged)
         after = await scrape(client)
 
     for status in ("started", "completed"):
