@@ -610,3 +610,51 @@ def test_systemd_analyze_rates_the_unit_exposure_low(tmp_path: Path) -> None:
     if "offline" in result.stderr and "unrecognized" in result.stderr:
         pytest.skip("this systemd-analyze cannot rate a unit file offline (systemd < 250)")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+
+
+# -- docs/operations.md ----------------------------------------------------------------------
+
+#: Subcommands the operations page names that are being added on main at the same time.
+PENDING_COMMANDS = {"doctor"}
+
+
+def documented_command_lines() -> list[list[str]]:
+    """Every maintenance-bridge command line of the operations page, as argv after the name.
+
+    Found in shell blocks (run directly, through `mb`, after `exec ... --`, or as the
+    arguments of the image in `docker run`) and in inline code spans.
+    """
+    text = (ROOT / "docs" / "operations.md").read_text()
+    commands: list[list[str]] = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.DOTALL):
+        for line in re.sub(r"\\\n", " ", block).splitlines():
+            tokens = shlex.split(line.partition("#")[0])
+            for index, token in enumerate(tokens):
+                before = tokens[index - 1] if index else ""
+                starts = all(re.fullmatch(r"[A-Z_0-9]+=\S*", t) for t in tokens[:index])
+                if (
+                    (Path(token).name == "maintenance-bridge" and (starts or before == "--"))
+                    or (token == "mb" and index == 0)
+                    or (token.startswith("maintenance-bridge:") and tokens[:2] == ["docker", "run"])
+                ):
+                    argv = []
+                    for arg in tokens[index + 1 :]:
+                        if arg in {";", "&&", "||", "|", "$@"}:
+                            break
+                        argv.append(arg)
+                    if argv:
+                        commands.append(argv)
+    for span in re.findall(r"`maintenance-bridge ([^`]+)`", text):
+        commands.append(shlex.split(span))
+    return commands
+
+
+def test_every_command_on_the_operations_page_is_real() -> None:
+    commands = documented_command_lines()
+    assert len(commands) >= 8
+    names = set()
+    for argv in commands:
+        if argv[0] in PENDING_COMMANDS:
+            continue
+        names.add(bridge_args(argv).command)
+    assert {"run", "simulate", "spool", "validate-config", "demo"} <= names
