@@ -87,7 +87,7 @@ def webhook(url: str, mode: str = "structured") -> dict[str, Any]:
 CLOUD_SINKS: dict[str, dict[str, Any]] = {
     "pubsub": {
         "type": "pubsub",
-        "topic": "projects/bench/topics/maintenance",
+        "topic": "projects/bench-project/topics/maintenance",
         "endpoint": "127.0.0.1:9",
     },
     "eventhubs": {
