@@ -112,7 +112,13 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
             results.skipped.append(
                 "Backlog drain to the Pub/Sub emulator (quick mode or --no-pubsub)"
             )
-        if any(t.missed() and "drain, webhook (structured" in t.label for t in targets(results)):
+        missed = [t.label for t in targets(results) if t.missed()]
+        if any("Idle CPU" in label for label in missed):
+            step("profiling the idle Azure bridge")
+            results.idle_profile = await idle.profile_azure_poll(
+                max(10.0, sizes.idle_seconds / 2), workdir, receiver
+            )
+        if any("drain, webhook (structured" in label for label in missed):
             step("profiling the structured webhook drain")
             sink = {"type": "webhook", "url": receiver.url("drain-profile")}
             results.drain_profile = await drain.profile_drain(sink, min(2000, sizes.drain_events))

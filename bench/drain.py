@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.profiles import by_package
 from bridge.config import parse_config
 from bridge.dispatch import Dispatcher
 from bridge.events import serialize
@@ -78,42 +79,15 @@ async def drain(name: str, sink: dict[str, Any], total: int) -> Drain:
     return Drain(name, total, total / elapsed)
 
 
-async def profile_drain(sink: dict[str, Any], total: int, top: int = 12) -> list[str]:
-    """Where a drain spends its CPU: cProfile, summed by package, then the top functions."""
+async def profile_drain(sink: dict[str, Any], total: int) -> list[str]:
+    """Where a drain spends its CPU: cProfile, summed by package."""
     profiler = cProfile.Profile()
     profiler.enable()
     try:
         await drain("profile", sink, total)
     finally:
         profiler.disable()
-    stats = pstats.Stats(profiler)
-    raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]]
-    raw = stats.stats  # type: ignore[attr-defined]
-    by_package: dict[str, float] = {}
-    total_time = 0.0
-    for (filename, _, _), (_, _, tottime, _, _) in raw.items():
-        package = _package_of(filename)
-        by_package[package] = by_package.get(package, 0.0) + tottime
-        total_time += tottime
-    lines = [f"CPU by package over {total} events ({total_time:.2f} s profiled):"]
-    for package, seconds in sorted(by_package.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(
-            f"  {seconds / total * 1e6:7.0f} us/event  {seconds / total_time:5.1%}  {package}"
-        )
-    return lines
-
-
-def _package_of(filename: str) -> str:
-    path = Path(filename)
-    parts = path.parts
-    if "site-packages" in parts:
-        return parts[parts.index("site-packages") + 1].removesuffix(".py")
-    for ours in ("bridge", "sinks", "bench", "tests"):
-        if ours in parts:
-            return f"{ours} (this project)"
-    if filename.startswith("<") or filename == "~":
-        return "interpreter built-ins (sockets, epoll, sqlite3, json)"
-    return f"stdlib {path.parent.name if path.parent.name != 'python3.11' else path.stem}"
+    return by_package(pstats.Stats(profiler), total, "event")
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.procs import CLOUD_SINKS, Proc, bridge_config, spawn, start_bridge, stopped_on_exit
 from bench.procs import webhook as webhook_sink
+from bench.profiles import by_package
 from bench.receiver import Receiver
 from bridge.simulator import Simulator
 
@@ -116,3 +117,30 @@ def rss_by_import(modules: tuple[str, ...]) -> list[str]:
         check=True,
     )
     return done.stdout.splitlines()
+
+
+async def profile_azure_poll(seconds: float, workdir: Path, receiver: Receiver) -> list[str]:
+    """The idle Azure bridge (1 s poll) under cProfile: CPU per poll, by package."""
+    import pstats
+
+    from bench.procs import to_toml
+
+    out = workdir / "idle-azure.prof"
+    async with Simulator(provider="azure") as sim:
+        directory = workdir / "idle-profile"
+        directory.mkdir(parents=True, exist_ok=True)
+        config = bridge_config(
+            directory, "azure", [webhook_sink(receiver.url("idle-profile"))],
+            gce_url=sim.gce_url, azure_url=sim.azure_url,
+        )  # fmt: skip
+        (directory / "config.toml").write_text(to_toml(config))
+        proc = await spawn(
+            "idle-profile",
+            ["-m", "cProfile", "-o", str(out), "-m", "bridge", "--log-format", "json",
+             "run", "--config", str(directory / "config.toml")],
+            directory,
+        )  # fmt: skip
+        await asyncio.sleep(seconds)
+        polls = sum(r.path.endswith("scheduledevents") for r in sim.requests)
+        await proc.stop()
+    return by_package(pstats.Stats(str(out)), polls, "poll")

@@ -34,6 +34,7 @@ class Results:
     import_profile_sdks: tuple[float, list[tuple[float, str]]] = (0.0, [])
     rss_profile: list[str] = field(default_factory=list)
     drain_profile: list[str] = field(default_factory=list)
+    idle_profile: list[str] = field(default_factory=list)
 
 
 def machine() -> str:
@@ -290,6 +291,11 @@ def _profiles(results: Results, table: list[Target], emit: Emit) -> None:
                 emit(f"  {ms:7.1f} ms  {name}")
         elif "drain" in t.label:
             for line in results.drain_profile:
+                emit(line)
+        elif "Idle CPU" in t.label:
+            emit("the idle Azure bridge under cProfile (start-up included, so read the per-poll")
+            emit("figures as an upper bound):")
+            for line in results.idle_profile:
                 emit(line)
         else:
             emit("no profile collected for this measure")
