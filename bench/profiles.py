@@ -12,8 +12,10 @@ def by_package(stats: pstats.Stats, units: int, unit: str, top: int = 12) -> lis
     raw = stats.stats  # type: ignore[attr-defined]
     packages: dict[str, float] = {}
     total = 0.0
-    for (filename, _, _), (_, _, tottime, _, _) in raw.items():
+    for (filename, _, function), (_, _, tottime, _, _) in raw.items():
         package = _package_of(filename)
+        if filename == "~" and ("epoll" in function or "select" in function):
+            package = "waiting in epoll (idle: the peer's turn, not CPU)"
         packages[package] = packages.get(package, 0.0) + tottime
         total += tottime
     units = max(units, 1)
