@@ -1,6 +1,6 @@
 """`python -m bench [--quick] [--out DIR]`: run every benchmark, write report.md and latency.png.
 
-The full run takes about six minutes on a 2-core VM; `--quick` runs each part on tiny
+The full run takes about three minutes on a 2-core VM; `--quick` runs each part on tiny
 sizes in well under a minute (to check the suite works, not to quote its figures).
 """
 
