@@ -1,10 +1,10 @@
-# The two commands of the README: `make demo` and `make test`. Both set up what they need
-# (a virtual environment in .venv with the package and its extras) on a fresh machine.
+# The commands of the README: `make demo`, `make test` and `make bench`. Each sets up what it
+# needs (a virtual environment in .venv with the package and its extras) on a fresh machine.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint bench install clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ lint: $(BIN)/.installed
 
 test: lint
 	$(BIN)/pytest
+
+# The benchmark suite (about three minutes on 2 cores): bench/results/report.md and latency.png.
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -27,6 +27,11 @@ class RequestRecord:
     """Final status; None while in flight (hanging), 0 when the connection was dropped."""
     fault: str | None = None
     duration: float | None = field(default=None)
+    received: float = 0.0
+    """`time.monotonic()` when the request arrived (system-wide on Linux: benchmarks compare
+    it with other processes' clocks)."""
+    answered: float | None = None
+    """`time.monotonic()` when the answer was handed to the server to write; None until then."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +57,7 @@ class RequestLog:
         record = RequestRecord(
             self._seq, time.time(), sim_time, provider, method, path, query, headers, client
         )
+        record.received = time.monotonic()
         self._records.append(record)
         return record
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -113,6 +114,7 @@ def vendor_middleware(sim: Simulator) -> Middleware:
             raise
         record.status = response.status
         record.duration = loop.time() - started
+        record.answered = time.monotonic()
         return response
 
     return middleware

@@ -1,0 +1,153 @@
+"""`python -m bench [--quick] [--out DIR]`: run every benchmark, write report.md and latency.png.
+
+The full run takes about three minutes on a 2-core VM; `--quick` runs each part on tiny
+sizes in well under a minute (to check the suite works, not to quote its figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import drain, idle, latency, startup
+from bench.procs import ROOT, free_port, spawn
+from bench.receiver import Receiver
+from bench.report import Results, plot, render, targets
+
+
+@dataclass(frozen=True)
+class Sizes:
+    transitions: int
+    azure_spacing: float
+    idle_seconds: float
+    idle_warmup: float
+    startup_runs: int
+    drain_events: int
+    commit_samples: int
+    pubsub: bool
+
+
+FULL = Sizes(200, 0.5, 45.0, 4.0, 5, 10_000, 300, True)
+QUICK = Sizes(8, 0.3, 2.0, 2.0, 1, 300, 20, False)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the suite runs")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "bench" / "results",
+        help="where report.md and latency.png go (default: bench/results)",
+    )
+    parser.add_argument("--transitions", type=int, help="latency transitions per cloud")
+    parser.add_argument("--drain-events", type=int, help="events in each backlog drain")
+    parser.add_argument("--idle-seconds", type=float, help="length of the idle window")
+    parser.add_argument(
+        "--no-pubsub", action="store_true", help="skip the drain to the Pub/Sub emulator"
+    )
+    return parser.parse_args(argv)
+
+
+def sizes_of(args: argparse.Namespace) -> Sizes:
+    base = QUICK if args.quick else FULL
+    return Sizes(
+        transitions=args.transitions or base.transitions,
+        azure_spacing=base.azure_spacing,
+        idle_seconds=args.idle_seconds or base.idle_seconds,
+        idle_warmup=base.idle_warmup,
+        startup_runs=base.startup_runs,
+        drain_events=args.drain_events or base.drain_events,
+        commit_samples=base.commit_samples,
+        pubsub=base.pubsub and not args.no_pubsub,
+    )
+
+
+def step(text: str) -> None:
+    print(f"[bench] {text}", file=sys.stderr, flush=True)
+
+
+async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
+    results = Results(mode)
+    began = time.monotonic()
+    port = free_port()
+    receiver_proc = await spawn("receiver", ["-m", "bench.receiver", str(port)], workdir)
+    receiver = Receiver(port)
+    try:
+        await receiver.ready()
+        step(f"latency: {sizes.transitions} GCE transitions")
+        results.gce = await latency.gce(sizes.transitions, workdir, receiver)
+        step(f"latency: {sizes.transitions} Azure transitions (1 s, 0.25 s, sample)")
+        results.azure = await latency.azure(
+            sizes.transitions, workdir, receiver, sizes.azure_spacing
+        )
+        step(f"idle cost and footprint: {sizes.idle_seconds:g} s")
+        results.idle = await idle.measure(sizes.idle_seconds, sizes.idle_warmup, workdir, receiver)
+        step(f"start-up: {sizes.startup_runs} run(s) each")
+        results.startup = await startup.measure(sizes.startup_runs, workdir, receiver)
+        results.listener_import_ms = startup.listener_import_ms()
+        results.import_profile = startup.import_profile(with_sdks=False)
+        results.import_profile_sdks = startup.import_profile(with_sdks=True)
+        results.rss_profile = idle.rss_by_import(startup.RUN_PATH)
+        step(f"spool commit and backlog drains: {sizes.drain_events} events")
+        results.commit_ms = await drain.commit_latency(sizes.commit_samples)
+        for mode_name in ("structured", "batch"):
+            sink = {"type": "webhook", "url": receiver.url(f"drain-{mode_name}"), "mode": mode_name}
+            results.drains.append(
+                await drain.drain(f"webhook, {mode_name}", sink, sizes.drain_events)
+            )
+        if sizes.pubsub:
+            outcome = await drain.pubsub(sizes.drain_events)
+            if isinstance(outcome, str):
+                results.skipped.append(f"Backlog drain to the Pub/Sub emulator: {outcome}")
+            else:
+                results.drains.append(outcome)
+        else:
+            results.skipped.append(
+                "Backlog drain to the Pub/Sub emulator (quick mode or --no-pubsub)"
+            )
+        missed = [t.label for t in targets(results) if t.missed()]
+        if any("Idle CPU" in label for label in missed):
+            step("profiling the idle Azure bridge")
+            results.idle_profile = await idle.profile_azure_poll(
+                max(10.0, sizes.idle_seconds / 2), workdir, receiver
+            )
+        if any("drain, webhook (structured" in label for label in missed):
+            step("profiling the structured webhook drain")
+            sink = {"type": "webhook", "url": receiver.url("drain-profile")}
+            results.drain_profile = await drain.profile_drain(sink, min(2000, sizes.drain_events))
+    finally:
+        await receiver.close()
+        await receiver_proc.stop()
+    results.seconds = time.monotonic() - began
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = sizes_of(args)
+    mode = "quick (tiny sizes, figures not meaningful)" if args.quick else "full"
+    workdir = Path(tempfile.mkdtemp(prefix="bench-"))
+    try:
+        results = asyncio.run(run(sizes, mode, workdir))
+    except BaseException:
+        print(f"[bench] failed; the processes' logs are in {workdir}", file=sys.stderr)
+        raise
+    shutil.rmtree(workdir, ignore_errors=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = render(results)
+    (args.out / "report.md").write_text(report)
+    plot(results, args.out / "latency.png")
+    print(report)
+    step(f"wrote {args.out / 'report.md'} and {args.out / 'latency.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

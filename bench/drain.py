@@ -1,0 +1,129 @@
+"""The spool: what a notice pays to be on disk before any send, and how fast a backlog drains.
+
+Runs the real `Spool`, `Dispatcher` and sinks in this process (no watcher: the backlog is
+committed up front, as after a long outage) against the receiver process or the Pub/Sub
+emulator. The rate is events acknowledged per second, from the dispatcher's start until
+the last acknowledgement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import cProfile
+import os
+import pstats
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.profiles import by_package
+from bridge.config import parse_config
+from bridge.dispatch import Dispatcher
+from bridge.events import serialize
+from bridge.runner import build_sinks
+from bridge.spool import NewEvent, Spool
+from tests.factories import sample_events
+
+
+@dataclass
+class Drain:
+    name: str
+    events: int
+    per_second: float
+
+
+async def commit_latency(count: int) -> list[float]:
+    """Milliseconds per single-event durable commit (what a notice pays before any send)."""
+    with tempfile.TemporaryDirectory() as directory:
+        spool = Spool(Path(directory), ["webhook"])
+        await spool.open()
+        timings: list[float] = []
+        for event in sample_events(count):
+            row = NewEvent(event.get_id(), event.get_source(), event.get_type(), serialize(event))
+            started = time.perf_counter()
+            await spool.commit([row], {"bench": {"n": len(timings)}})
+            timings.append((time.perf_counter() - started) * 1000)
+        await spool.close()
+    return timings
+
+
+async def drain(name: str, sink: dict[str, Any], total: int) -> Drain:
+    """Events per second delivered to `sink` from a spool holding `total` events."""
+    config = parse_config({"sinks": [sink]})
+    sinks = build_sinks(config)
+    with tempfile.TemporaryDirectory() as directory:
+        spool = Spool(Path(directory), [s.name for s in sinks])
+        await spool.open()
+        events = sample_events(total)
+        rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
+        for start in range(0, total, 500):
+            await spool.commit(rows[start : start + 500])
+        dispatcher = Dispatcher(spool, sinks)
+        started = time.perf_counter()
+        dispatcher.start()
+        dispatcher.notify()
+        stats = dispatcher.stats[sinks[0].name]
+        deadline = started + max(60.0, total / 50)
+        while stats.delivered < total:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{name}: only {stats.delivered} of {total} delivered")
+            await asyncio.sleep(0.01)
+        elapsed = time.perf_counter() - started
+        await dispatcher.stop(5.0)
+        await spool.close()
+    return Drain(name, total, total / elapsed)
+
+
+async def profile_drain(sink: dict[str, Any], total: int) -> list[str]:
+    """Where a drain spends its CPU: cProfile, summed by package."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        await drain("profile", sink, total)
+    finally:
+        profiler.disable()
+    return by_package(pstats.Stats(profiler), total, "event")
+
+
+@contextlib.contextmanager
+def environment(name: str, value: str) -> Iterator[None]:
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+async def pubsub(total: int) -> Drain | str:
+    """Drain to Google's Pub/Sub emulator; a reason string when it cannot run here."""
+    from tests.sinks.pubsub_emulator import Admin, Emulator, find_script, unique
+
+    script = find_script()
+    if script is None:
+        return "skipped: the Pub/Sub emulator (Google Cloud CLI + Java) is not installed"
+    emulator = Emulator(script)
+    await asyncio.to_thread(emulator.start)
+    try:
+        with environment("PUBSUB_EMULATOR_HOST", emulator.host):
+            admin = Admin(emulator)
+            topic = admin.topic_path(unique("bench"))
+            await asyncio.to_thread(admin.create, topic, admin.subscription_path(unique("b")))
+            try:
+                return await drain("Pub/Sub emulator", {"type": "pubsub", "topic": topic}, total)
+            finally:
+                admin.close()
+    finally:
+        await asyncio.to_thread(emulator.stop)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")

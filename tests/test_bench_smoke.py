@@ -1,0 +1,37 @@
+"""The benchmark suite still runs end to end (its quickest mode, tiny sizes).
+
+Not a timed test: it asserts that every part produced figures and that the report and the
+plot were written, never what the figures are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_quick_benchmark_writes_a_report_and_a_plot(tmp_path: Path) -> None:
+    assert (
+        main(["--quick", "--transitions", "4", "--idle-seconds", "1", "--out", str(tmp_path)]) == 0
+    )
+
+    report = (tmp_path / "report.md").read_text()
+    for section in (
+        "## Targets",
+        "## Notice-to-delivery latency",
+        "## Footprint and idle cost",
+        "## Start-up",
+        "## Spool and backlog drain",
+    ):
+        assert section in report
+    for watcher in ("bridge, GCE long poll", "Google's sample", "bridge, Azure 1 s poll",
+                    "bridge, Azure 0.25 s poll", "Microsoft's sample"):  # fmt: skip
+        row = next(line for line in report.splitlines() if line.startswith(f"| {watcher}"))
+        assert "| 4 of 4 |" in row  # every transition was seen and timed
+    assert "not measured" not in report
+    assert (tmp_path / "latency.png").read_bytes().startswith(b"\x89PNG")
