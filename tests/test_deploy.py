@@ -614,6 +614,7 @@ def test_systemd_analyze_rates_the_unit_exposure_low(tmp_path: Path) -> None:
 
 # -- docs/operations.md ----------------------------------------------------------------------
 
+
 def documented_command_lines() -> list[list[str]]:
     """Every maintenance-bridge command line of the operations page, as argv after the name.
 
