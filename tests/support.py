@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,16 @@ class CheckedSink(MemorySink):
                 raise AssertionError(f"{len(found)} {event_type} event(s), expected {count}")
             await asyncio.sleep(0.02)
         return found
+
+
+async def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    """Poll `predicate` until it is true (for state outside the bridge: files, simulators)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not reached within {timeout}s")
+        await asyncio.sleep(0.02)
 
 
 def bridge_config(

@@ -7,7 +7,6 @@ process group, and at most one run per transition across restarts.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
@@ -20,7 +19,7 @@ import pytest
 from bridge.audit import HOOK_COMPLETED
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
-from tests.support import CheckedSink, running_bridge
+from tests.support import CheckedSink, eventually, running_bridge
 
 AZURE: tuple[ProviderName, ...] = ("azure",)
 MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
@@ -175,8 +174,7 @@ async def test_stop_during_a_hook_reports_it_interrupted_and_a_restart_does_not_
     settings = {"hooks": hooks}
     async with running_bridge(gce_sim, tmp_path, settings=settings) as run:
         gce_sim.gce.set("instance/maintenance-event", MIGRATE)
-        while not records(out):
-            await asyncio.sleep(0.02)
+        await eventually(lambda: records(out))
     # leaving the block stopped the bridge; the hook ran into the shutdown deadline
     (interrupted,) = run.sink.of_type(HOOK_COMPLETED)
     assert interrupted["data"]["outcome"] == "interrupted"
