@@ -204,8 +204,12 @@ class Actions:
         previous = self._chains.get(chain)
 
         async def after_previous() -> None:
-            if previous is not None:
-                await asyncio.gather(previous, return_exceptions=True)
+            try:
+                if previous is not None:
+                    await asyncio.gather(previous, return_exceptions=True)
+            except asyncio.CancelledError:
+                work.close()
+                raise
             if self._stopping:
                 work.close()  # not started: stays planned for the next start
                 return
