@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,3 +67,12 @@ def test_hooks_and_rules_can_be_set_from_the_environment() -> None:
     config = parse_config(raw)
     assert config.hooks[0].timeout == 5
     assert config.approval.rules[0].action == "approve"
+
+
+def test_every_readme_recipe_is_a_valid_configuration() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Acting on notices", 1)[1].split("\n## ", 1)[0]
+    recipes = re.findall(r"```toml\n(.*?)```", section, re.S)
+    assert len(recipes) == 6
+    for recipe in recipes:
+        parse_config(tomllib.loads(recipe))
