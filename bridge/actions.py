@@ -27,7 +27,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 from cloudevents.core.v1.event import CloudEvent
 
@@ -42,9 +42,6 @@ Approve = Callable[[str], Awaitable[None]]
 Clock = Callable[[], datetime]
 #: (source, notice id) -> whether that notice is in force and Scheduled right now.
 IsScheduled = Callable[[str, str], bool]
-
-HOOK_DONE: Final = ("succeeded", "failed", "timed-out", "skipped", "interrupted")
-APPROVAL_DONE: Final = ("approved", "rejected", "withdrawn", "held")
 
 
 def _now() -> datetime:
