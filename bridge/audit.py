@@ -39,15 +39,30 @@ def _audit_id(*parts: str) -> str:
 class Trigger:
     """The maintenance event an action answered: what an audit event points back to."""
 
-    instance: Instance
+    source: str
+    provider: str
+    instance: dict[str, Any]
     notice_id: str
     event_id: str
     event_type: str
 
+    @classmethod
+    def of(cls, event: dict[str, Any]) -> Trigger:
+        """From a maintenance event as consumers see it (`bridge.events.as_dict`)."""
+        data = event["data"]
+        return cls(
+            source=event["source"],
+            provider=data["provider"],
+            instance=data["instance"],
+            notice_id=data["notice_id"],
+            event_id=event["id"],
+            event_type=event["type"],
+        )
+
     def as_data(self) -> dict[str, Any]:
         return {
-            "provider": self.instance.provider.value,
-            "instance": self.instance.as_data(),
+            "provider": self.provider,
+            "instance": self.instance,
             "notice_id": self.notice_id,
             "event_id": self.event_id,
             "event_type": self.event_type,
@@ -90,8 +105,8 @@ def hook_completed(trigger: Trigger, run: HookOutcome, at: datetime) -> CloudEve
     tail = run.output_tail.encode()[-OUTPUT_TAIL_BYTES:].decode(errors="replace")
     return _event(
         {
-            "id": _audit_id(trigger.instance.source, HOOK_COMPLETED, trigger.event_id, run.hook),
-            "source": trigger.instance.source,
+            "id": _audit_id(trigger.source, HOOK_COMPLETED, trigger.event_id, run.hook),
+            "source": trigger.source,
             "type": HOOK_COMPLETED,
             "subject": trigger.notice_id,
             "time": at.astimezone(UTC),
@@ -119,8 +134,8 @@ def approved(
     """
     return _event(
         {
-            "id": _audit_id(trigger.instance.source, APPROVED, trigger.notice_id),
-            "source": trigger.instance.source,
+            "id": _audit_id(trigger.source, APPROVED, trigger.notice_id),
+            "source": trigger.source,
             "type": APPROVED,
             "subject": trigger.notice_id,
             "time": at.astimezone(UTC),

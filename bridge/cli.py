@@ -367,9 +367,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "validate-config":
             config, path = load_config(args.path)
             where = path or "defaults and environment"
+            approving = config.approval.leader != "none" and (
+                config.approval.rules or config.approval.preset
+            )
             print(
                 f"{where}: valid ({len(config.sinks)} sink(s): "
-                f"{', '.join(config.sink_names()) or 'none, stdout will be used'})"
+                f"{', '.join(config.sink_names()) or 'none, stdout will be used'}; "
+                f"{len(config.hooks)} hook(s); Azure approval "
+                f"{'leader = ' + config.approval.leader if approving else 'off'})"
             )
             return EXIT_OK
         config = _load(args.config)

@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sinks import registry
 from sinks.base import SinkConfig
@@ -113,12 +120,97 @@ class Listener(_Section):
     port: int = Field(default=9787, ge=0, le=65535, description="0 picks a free port")
 
 
+NoticeKind = Literal[
+    "live-migrate", "terminate", "freeze", "reboot", "redeploy", "preempt", "delete", "unknown"
+]
+NoticeStatus = Literal["scheduled", "started", "completed", "cancelled"]
+
+
+class Hook(_Section):
+    """A local command run for matching notices (see bridge/hooks.py); empty filters match all."""
+
+    name: str = Field(default="", description="default: the command's file name")
+    command: tuple[str, ...] = Field(min_length=1, description="argument list, no shell")
+    statuses: tuple[NoticeStatus, ...] = ()
+    kinds: tuple[NoticeKind, ...] = ()
+    providers: tuple[Literal["gce", "azure"], ...] = ()
+    timeout: float = Field(default=60.0, gt=0, description="seconds; then the process group dies")
+    deadline_before: float | None = Field(
+        default=None, ge=0, description="finish this many seconds before not_before"
+    )
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty_program(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value[0]:
+            raise ValueError("the program (first element) must not be empty")
+        return value
+
+    def display_name(self) -> str:
+        return self.name or Path(self.command[0]).name
+
+
+ApprovalAction = Literal["approve", "approve-after-hooks", "never"]
+
+
+class ApprovalRule(_Section):
+    """Matched against a Scheduled Azure event; the first matching rule decides."""
+
+    event_types: tuple[Literal["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"], ...] = ()
+    sources: tuple[Literal["User", "Platform"], ...] = ()
+    min_duration: int | None = Field(default=None, ge=0, description="DurationInSeconds >= this")
+    max_duration: int | None = Field(default=None, ge=0, description="DurationInSeconds <= this")
+    action: ApprovalAction
+
+    @model_validator(mode="after")
+    def _range(self) -> ApprovalRule:
+        if (
+            self.min_duration is not None
+            and self.max_duration is not None
+            and self.min_duration > self.max_duration
+        ):
+            raise ValueError("min_duration is greater than max_duration")
+        return self
+
+
+class Approval(_Section):
+    """Azure StartRequests (see bridge/approval.py). No rules and no preset: never approve."""
+
+    leader: Literal["sorted-first", "self", "none"] = "sorted-first"
+    preset: Literal["vendor-sample"] | None = None
+    rules: tuple[ApprovalRule, ...] = ()
+
+
+class StatusApi(_Section):
+    """The local status API (`/v1/notices`, `/v1/eligible`) on the listener."""
+
+    eligible_horizon: float = Field(
+        default=3600.0, ge=0, description="seconds; maintenance sooner than this: not eligible"
+    )
+
+
 class Config(_Section):
     source: Source = Source()
     state: State = State()
     delivery: Delivery = Delivery()
     listener: Listener = Listener()
     sinks: tuple[SinkConfig, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+    approval: Approval = Approval()
+    status: StatusApi = StatusApi()
+
+    def action_problems(self) -> list[str]:
+        """Hook and approval settings that are valid one by one but not together."""
+        problems = []
+        names = [hook.display_name() for hook in self.hooks]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"hooks: the name {name!r} is used twice; give each hook a `name`")
+        for index, rule in enumerate(self.approval.rules):
+            if rule.action == "approve-after-hooks" and not self.hooks:
+                problems.append(
+                    f"approval.rules[{index}].action: approve-after-hooks needs [[hooks]]"
+                )
+        return problems
 
     def sink_names(self) -> list[str]:
         return [sink.display_name(i) for i, sink in enumerate(self.sinks)]
@@ -137,6 +229,7 @@ def _problems(error: ValidationError, prefix: tuple[int | str, ...] = ()) -> lis
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+        message = message.removeprefix("Value error, ")
         problems.append(f"{_path(prefix + tuple(item['loc']))}: {message}")
     return problems
 
@@ -146,6 +239,9 @@ def _env_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+
+
+_LISTS: Final = ("sinks", "hooks", "rules")  # arrays of tables: indexed from the environment
 
 
 def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
@@ -171,7 +267,7 @@ def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict
                 if last:
                     node[key] = _env_value(text)
                 else:
-                    node = node.setdefault(key, [] if key == "sinks" else {})
+                    node = node.setdefault(key, [] if key in _LISTS else {})
             else:
                 raise ConfigError([f"{name}: cannot set a key inside a value"], "environment")
     return raw
@@ -185,6 +281,7 @@ def parse_config(raw: Mapping[str, Any], source: str = "configuration") -> Confi
     config = Config()
     try:
         config = Config.model_validate(data)
+        problems += config.action_problems()
     except ValidationError as exc:
         problems += _problems(exc)
     sinks: list[SinkConfig] = []

@@ -1,4 +1,4 @@
-"""The paths the listener serves: metrics, liveness, readiness (and the status API).
+"""The paths the listener serves: metrics, liveness, readiness and the status API.
 
 `/healthz` and `/readyz` answer 200 or 503 with a JSON body listing every check, so the same
 answer serves a kubelet probe (status code) and a human with curl (the reasons).
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from bridge import metrics
+from bridge import metrics, status_api
 from bridge.config import Listener as ListenerSettings
 from bridge.health import Check, HealthMonitor, all_ok
 from bridge.listener import Handler, Listener, Request, Response
@@ -35,7 +35,12 @@ def build_routes(monitor: HealthMonitor) -> dict[str, Handler]:
     async def metrics_text(_request: Request) -> Response:
         return Response(200, (await metrics.render(monitor)).encode(), PROMETHEUS_TEXT)
 
-    return {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics_text}
+    return {
+        "/healthz": healthz,
+        "/readyz": readyz,
+        "/metrics": metrics_text,
+        **status_api.build_routes(monitor),
+    }
 
 
 @asynccontextmanager

@@ -18,9 +18,10 @@ from typing import Any, Literal
 
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge.actions import Actions
 from bridge.config import Config
 from bridge.dispatch import Dispatcher
-from bridge.events import serialize, to_cloudevent
+from bridge.events import TYPE_PREFIX, parse, serialize, to_cloudevent
 from bridge.model import Notice, Status
 from bridge.spool import NewEvent, Spool, SpoolError
 from bridge.watchers.base import Update, Watcher
@@ -87,6 +88,7 @@ class Bridge:
     spool: Spool
     sleep: Sleep = asyncio.sleep
     dispatcher: Dispatcher = field(init=False)
+    actions: Actions = field(init=False)
     watchers: dict[str, Watcher] = field(init=False, default_factory=dict)
     #: The notices in force, by (watcher, notice id): what `/v1/notices` serves.
     current: dict[tuple[str, str], CloudEvent] = field(init=False, default_factory=dict)
@@ -103,15 +105,44 @@ class Bridge:
             retry_initial=delivery.retry_initial,
             retry_max=delivery.retry_max,
         )
+        self.actions = Actions(
+            self.config, self.spool, self._approve, self._is_scheduled, self.dispatcher.notify
+        )
 
-    async def _commit(self, name: str, update: Update) -> list[CloudEvent]:
+    async def _approve(self, event_id: str) -> None:
+        """POST StartRequests through the Azure watcher running now (it may be rebuilt)."""
+        from bridge.watchers.azure import AzureWatcher
+
+        watcher = self.watchers.get("azure")
+        if not isinstance(watcher, AzureWatcher):
+            raise RuntimeError("the Azure watcher is not running")
+        await watcher.approve(event_id)
+
+    def _is_scheduled(self, source: str, notice_id: str) -> bool:
+        return any(
+            key[1] == notice_id
+            and event.get_source() == source
+            and event.get_type() == TYPE_PREFIX + Status.SCHEDULED.value
+            for key, event in self.current.items()
+        )
+
+    async def _commit(self, name: str, update: Update) -> tuple[list[CloudEvent], dict[str, str]]:
+        """Spool the update's events, the watcher's checkpoint, the actions they call for and
+        the notices in force, all in one transaction."""
         events = [to_cloudevent(notice) for notice in update.notices]
         rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
+        plan = self.actions.plan(events)
+        in_force: dict[str, bytes | None] = {}
+        for notice, row in zip(update.notices, rows, strict=True):
+            ended = notice.status in (Status.COMPLETED, Status.CANCELLED)
+            in_force[f"{name}\t{notice.notice_id}"] = None if ended else row.body
         delay = 0.5
         while True:
             try:
-                await self.spool.commit(rows, {name: update.checkpoint})
-                return events
+                await self.spool.commit(
+                    rows, {name: update.checkpoint}, plan=plan, in_force=in_force
+                )
+                return events, plan
             except SpoolError as exc:
                 log.error("cannot spool %d notice(s), retrying in %.0fs: %s", len(rows), delay, exc)
                 await self.sleep(delay)
@@ -134,7 +165,7 @@ class Bridge:
                 instance = await watcher.identify()
                 log.info("watching %s instance %s (%s)", name, instance.name, instance.source)
                 async for update in watcher.watch():
-                    events = await self._commit(name, update)
+                    events, plan = await self._commit(name, update)
                     for notice, event in zip(update.notices, events, strict=True):
                         self.notices_seen += 1
                         self.notice_counts[
@@ -147,6 +178,7 @@ class Bridge:
                             extra={"event_id": event.get_id(), "event_type": event.get_type()},
                         )
                     self.dispatcher.notify()
+                    self.actions.planned(plan)
                     delay = 1.0
             except asyncio.CancelledError:
                 await watcher.aclose()
@@ -163,10 +195,19 @@ class Bridge:
         """Per watcher: is its task running (it restarts itself after failures)?"""
         return {name: not task.done() for name, task in self._tasks.items()}
 
+    async def _restore(self) -> None:
+        """The notices in force when the last run stopped: its watchers will not announce
+        them again, yet the status API must know them."""
+        for key, body in (await self.spool.in_force()).items():
+            name, notice_id = key.split("\t", 1)
+            self.current[(name, notice_id)] = parse(body)
+
     async def run(self, stop: asyncio.Event) -> None:
         await self.spool.open()
         try:
+            await self._restore()
             self.dispatcher.start()
+            await self.actions.start()
             self.dispatcher.notify()  # deliver what a previous run left behind
             self._tasks = {
                 name: asyncio.create_task(self._watch(name), name=f"watch:{name}")
@@ -179,6 +220,7 @@ class Bridge:
                 task.cancel()
             stopper.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.actions.stop(self.config.delivery.shutdown_timeout)
             log.info(
                 "stopping: delivering in-flight events (deadline %.0fs)",
                 self.config.delivery.shutdown_timeout,

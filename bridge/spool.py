@@ -21,6 +21,11 @@ Guarantees (SQLite in `state.dir`, WAL journal):
   with the reason "spool full", counted in `overflowed` and logged by the caller. Nothing is
   deleted: `maintenance-bridge spool replay` sends them once the sink is back. The bound keeps
   a recovered sink from being flooded with stale notices ahead of current ones.
+- Actions (hook runs, approvals; bridge/actions.py) keep their state in the same database:
+  an action is *planned* in the transaction that commits the notice it answers, so a crash
+  right after the commit does not forget it, and it is marked done in the transaction that
+  commits its audit event, so the two cannot disagree. The notices in force (what the status
+  API serves) are kept there too, in the notices' transaction, so a restart knows them.
 - Disk full (or any write failure) raises `SpoolError` with a clear message and rolls the
   transaction back: the events and the checkpoint are either both stored or both not.
 
@@ -34,7 +39,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +80,16 @@ CREATE TABLE IF NOT EXISTS watcher_state (
     state   TEXT NOT NULL,
     updated REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS actions (
+    key     TEXT PRIMARY KEY,
+    state   TEXT NOT NULL,
+    detail  TEXT NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS in_force (
+    key   TEXT PRIMARY KEY,
+    body  BLOB NOT NULL
+);
 """
 
 
@@ -96,6 +111,15 @@ class NewEvent:
     source: str
     type: str
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One row of the actions table: `detail` is the JSON the planner stored with it."""
+
+    key: str
+    state: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +204,9 @@ class Spool:
         checkpoints: dict[str, Any],
         sinks: Sequence[str],
         max_pending: int,
+        plan: Mapping[str, str],
+        states: Mapping[str, str],
+        in_force: Mapping[str, bytes | None],
     ) -> tuple[list[int], dict[str, int]]:
         now = time.time()
         added: list[int] = []
@@ -205,6 +232,21 @@ class Spool:
                 "updated = excluded.updated",
                 (name, json.dumps(state), now),
             )
+        db.executemany(
+            "INSERT OR IGNORE INTO actions (key, state, detail, updated) "
+            "VALUES (?, 'planned', ?, ?)",
+            [(key, detail, now) for key, detail in plan.items()],
+        )
+        db.executemany(
+            "INSERT INTO actions (key, state, detail, updated) VALUES (?, ?, '{}', ?) "
+            "ON CONFLICT(key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
+            [(key, state, now) for key, state in states.items()],
+        )
+        for key, body in in_force.items():
+            if body is None:
+                db.execute("DELETE FROM in_force WHERE key = ?", (key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO in_force (key, body) VALUES (?, ?)", (key, body))
         overflow: dict[str, int] = {}
         for sink in sinks if added else ():
             (count,) = db.execute("SELECT COUNT(*) FROM pending WHERE sink = ?", (sink,)).fetchone()
@@ -226,12 +268,32 @@ class Spool:
         return added, overflow
 
     async def commit(
-        self, events: Sequence[NewEvent], checkpoints: dict[str, Any] | None = None
+        self,
+        events: Sequence[NewEvent],
+        checkpoints: dict[str, Any] | None = None,
+        *,
+        plan: Mapping[str, str] | None = None,
+        states: Mapping[str, str] | None = None,
+        in_force: Mapping[str, bytes | None] | None = None,
     ) -> list[int]:
-        """Store events and checkpoints atomically and durably; return the new seqs."""
+        """Store events and checkpoints atomically and durably; return the new seqs.
+
+        In the same transaction: `plan` adds actions (key: detail) in state `planned` unless
+        the key exists already; `states` sets existing actions' states; `in_force` sets
+        (bytes) or clears (None) the notices in force.
+        """
         sinks, bound = list(self.sinks), self.max_pending
         added, overflow = await self._run(
-            lambda db: self._commit(db, events, checkpoints or {}, sinks, bound)
+            lambda db: self._commit(
+                db,
+                events,
+                checkpoints or {},
+                sinks,
+                bound,
+                plan or {},
+                states or {},
+                in_force or {},
+            )
         )
         for sink, count in overflow.items():
             self.overflowed[sink] = self.overflowed.get(sink, 0) + count
@@ -318,6 +380,31 @@ class Spool:
             return json.loads(row[0]) if row else None
 
         return await self._run(_load)
+
+    async def actions(self, states: Sequence[str] | None = None) -> list[Action]:
+        """Actions in one of `states` (None: all), oldest first."""
+
+        def _actions(db: sqlite3.Connection) -> list[Action]:
+            rows = db.execute("SELECT key, state, detail FROM actions ORDER BY rowid").fetchall()
+            return [Action(*row) for row in rows if states is None or row[1] in states]
+
+        return await self._run(_actions)
+
+    async def action_state(self, key: str) -> str | None:
+        def _state(db: sqlite3.Connection) -> str | None:
+            row = db.execute("SELECT state FROM actions WHERE key = ?", (key,)).fetchone()
+            return str(row[0]) if row else None
+
+        return await self._run(_state)
+
+    async def in_force(self) -> dict[str, bytes]:
+        """The notices in force as last committed (key: the CloudEvent's bytes)."""
+
+        def _in_force(db: sqlite3.Connection) -> dict[str, bytes]:
+            rows = db.execute("SELECT key, body FROM in_force ORDER BY rowid").fetchall()
+            return {key: bytes(body) for key, body in rows}
+
+        return await self._run(_in_force)
 
     async def depth(self) -> dict[str, tuple[int, float | None]]:
         """Per sink: pending count and the creation time of its oldest pending event."""

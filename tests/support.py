@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import jsonschema
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import Config, parse_config
-from bridge.events import as_dict, schema
+from bridge.events import EVENT_TYPES, as_dict, schema
 from bridge.runner import Bridge, ProviderName, WatcherFactory, watcher_factory
 from bridge.simulator import Simulator
 from bridge.spool import Spool
@@ -50,11 +50,43 @@ class CheckedSink(MemorySink):
         return [as_dict(e) for e in self.events]
 
     def summary(self) -> list[tuple[str, str]]:
-        """(kind, status) of every event received, in order."""
-        return [(e["data"]["kind"], e["data"]["status"]) for e in self.dicts()]
+        """(kind, status) of every maintenance event received, in order."""
+        return [
+            (e["data"]["kind"], e["data"]["status"])
+            for e in self.dicts()
+            if e["type"] in EVENT_TYPES
+        ]
+
+    def of_type(self, event_type: str) -> list[dict[str, Any]]:
+        return [e for e in self.dicts() if e["type"] == event_type]
+
+    async def wait_for_type(
+        self, event_type: str, count: int = 1, timeout: float = 10.0
+    ) -> list[dict[str, Any]]:
+        """Wait until `count` events of `event_type` arrived; return them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(found := self.of_type(event_type)) < count:
+            if loop.time() > deadline:
+                raise AssertionError(f"{len(found)} {event_type} event(s), expected {count}")
+            await asyncio.sleep(0.02)
+        return found
 
 
-def bridge_config(sim: Simulator, state_dir: Path, **source: Any) -> Config:
+async def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    """Poll `predicate` until it is true (for state outside the bridge: files, simulators)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not reached within {timeout}s")
+        await asyncio.sleep(0.02)
+
+
+def bridge_config(
+    sim: Simulator, state_dir: Path, settings: dict[str, Any] | None = None, **source: Any
+) -> Config:
+    """A fast-polling configuration against `sim`; `settings` adds top-level sections."""
     gce = {"metadata_url": sim.gce_url, "long_poll_timeout": 2, "upcoming_poll_interval": 0.2}
     azure = {"imds_url": sim.azure_url, "poll_interval": 0.25, "first_call_timeout": 5.0}
     gce.update(source.pop("gce", {}))
@@ -64,6 +96,7 @@ def bridge_config(sim: Simulator, state_dir: Path, **source: Any) -> Config:
             "source": {"gce": gce, "azure": azure, **source},
             "state": {"dir": str(state_dir)},
             "delivery": {"retry_initial": 0.01, "retry_max": 0.05, "shutdown_timeout": 2.0},
+            **(settings or {}),
         }
     )
 
@@ -91,9 +124,10 @@ async def running_bridge(
     state_dir: Path,
     providers: Sequence[ProviderName] = ("gce",),
     sink: CheckedSink | None = None,
+    settings: dict[str, Any] | None = None,
     **source: Any,
 ) -> AsyncIterator[Running]:
-    config = bridge_config(sim, state_dir, **source)
+    config = bridge_config(sim, state_dir, settings, **source)
     sink = sink or CheckedSink("memory")
     factories: dict[str, WatcherFactory] = {
         p: watcher_factory(config, p, **FAST_RETRY) for p in providers

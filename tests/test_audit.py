@@ -16,9 +16,7 @@ AT = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def _trigger() -> audit.Trigger:
-    notice = sample_notices(1)[0]
-    event = to_cloudevent(notice)
-    return audit.Trigger(notice.instance, notice.notice_id, event.get_id(), event.get_type())
+    return audit.Trigger.of(as_dict(to_cloudevent(sample_notices(1)[0])))
 
 
 def _run(outcome: str = "succeeded", tail: str = "drained\n") -> audit.HookOutcome:

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import httpx
 
+from bridge.approval import ApprovalRejected
 from bridge.config import AzureSource
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status
 from bridge.watchers.base import Clock, Update, fingerprint, utcnow
@@ -41,6 +42,8 @@ KINDS: Final = {
     "Terminate": Kind.DELETE,
 }
 ORIGINS: Final = {"Platform": Origin.PLATFORM, "User": Origin.USER}
+#: Answers to StartRequests that retrying cannot change (429 and 5xx are retried).
+FINAL_APPROVAL_ERRORS: Final = (400, 401, 403, 404, 405, 409, 410, 422)
 
 
 def new_client(config: AzureSource, **options: Any) -> MetadataClient:
@@ -267,11 +270,18 @@ class AzureWatcher:
             self._known, self._incarnation, self._restored = saved
 
     async def approve(self, event_id: str) -> None:
-        """POST StartRequests for one event (retried like every IMDS call)."""
+        """POST StartRequests for one event (retried like every IMDS call).
+
+        A 4xx other than 429 is final (the event is unknown or over, or the request is
+        malformed): it raises `ApprovalRejected` instead of being retried for ever.
+        """
         body = json.dumps({"StartRequests": [{"EventId": event_id}]}).encode()
-        await self._client.request(
+        response = await self._client.request(
             "POST",
             "scheduledevents",
             params={"api-version": self._config.api_version},
             content=body,
+            accept=(200, *FINAL_APPROVAL_ERRORS),
         )
+        if response.status_code != 200:
+            raise ApprovalRejected(f"HTTP {response.status_code}: {response.text[:200]!r}")
