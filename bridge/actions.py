@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -83,6 +84,9 @@ class Actions:
         self._clock = clock
         self._retry_delay = retry_delay
         self._hooks = {hook.display_name(): hook for hook in config.hooks}
+        #: For the metrics: hook runs by (hook, outcome), approval decisions by (rule, result).
+        self.hook_runs: Counter[tuple[str, str]] = Counter()
+        self.approvals: Counter[tuple[str, str]] = Counter()
         self._known: set[str] = set()
         self._chains: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -248,6 +252,7 @@ class Actions:
             outcome = await hooks.run(hook, event, hooks.stdin_body(event), self._clock())
         completed = audit.hook_completed(trigger, outcome, self._clock())
         await self._commit([completed], {key: outcome.outcome})
+        self.hook_runs[(name, outcome.outcome)] += 1
 
     async def _report_interrupted(self) -> None:
         for row in await self._spool.actions(["running"]):
@@ -258,6 +263,7 @@ class Actions:
             outcome = audit.HookOutcome(name, "interrupted", None, 0.0, "", error)
             completed = audit.hook_completed(audit.Trigger.of(event), outcome, self._clock())
             await self._commit([completed], {row.key: "interrupted"})
+            self.hook_runs[(name, "interrupted")] += 1
 
     async def _approve_after_hooks(self, key: str, detail: dict[str, Any]) -> None:
         states = {k: await self._spool.action_state(k) for k in detail["hooks"]}
@@ -270,6 +276,7 @@ class Actions:
                 ", ".join(f"{name} {state}" for name, state in failed.items()),
             )
             await self._commit([], {key: "held"})
+            self.approvals[(detail["rule"], "held")] += 1
             return
         await self._send_approval(key, detail, resumed=False)
 
@@ -282,6 +289,7 @@ class Actions:
             if not self._is_scheduled(event["source"], notice_id):
                 log.info("not approving %s: it is no longer Scheduled", notice_id)
                 await self._commit([], {key: "withdrawn"})
+                self.approvals[(detail["rule"], "withdrawn")] += 1
                 return
             await self._commit([], {key: "posting"})
             if resumed:
@@ -292,6 +300,7 @@ class Actions:
             except approval.ApprovalRejected as exc:
                 log.warning("approval of %s refused: %s", notice_id, exc)
                 await self._commit([], {key: "rejected"})
+                self.approvals[(detail["rule"], "rejected")] += 1
                 return
             except asyncio.CancelledError:
                 raise
@@ -309,3 +318,4 @@ class Actions:
             at=self._clock(),
         )
         await self._commit([approved], {key: "approved"})
+        self.approvals[(detail["rule"], "approved")] += 1

@@ -158,6 +158,24 @@ async def render(monitor: HealthMonitor) -> str:
             for name in sink_names
         ],
     )
+    out.add(
+        PREFIX + "hook_runs_total",
+        "counter",
+        "Hook runs by hook and outcome (succeeded, failed, timed-out, skipped, interrupted).",
+        [
+            ({"hook": hook, "outcome": outcome}, n)
+            for (hook, outcome), n in sorted(bridge.actions.hook_runs.items())
+        ],
+    )
+    out.add(
+        PREFIX + "approvals_total",
+        "counter",
+        "Azure approval decisions by rule and result (approved, rejected, held, withdrawn).",
+        [
+            ({"rule": rule, "result": result}, n)
+            for (rule, result), n in sorted(bridge.actions.approvals.items())
+        ],
+    )
     readiness = {check.name: check.ok for check in monitor.readiness()}
     out.add(
         PREFIX + "sink_up",

@@ -9,6 +9,7 @@ answer the test sets (no real sink can be made unhealthy on demand here).
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,10 +19,12 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bridge.audit import APPROVED
 from bridge.config import Listener as ListenerSettings
 from bridge.health import HealthMonitor
 from bridge.listener import Listener
 from bridge.routes import serving
+from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from sinks.base import Health
 from tests.support import CheckedSink, Running, running_bridge
@@ -38,15 +41,18 @@ class SwitchableSink(CheckedSink):
 
 @asynccontextmanager
 async def observed(
-    sim: Simulator, state_dir: Path, sink: CheckedSink | None = None
+    sim: Simulator,
+    state_dir: Path,
+    sink: CheckedSink | None = None,
+    providers: tuple[ProviderName, ...] = ("gce",),
+    settings: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Running, httpx.AsyncClient]]:
-    async with running_bridge(sim, state_dir, sink=sink) as running:
+    async with running_bridge(sim, state_dir, providers, sink=sink, settings=settings) as running:
         monitor = HealthMonitor(sink_check_interval=0.1)
         monitor.attach(running.bridge)
         checks = asyncio.create_task(monitor.run_sink_checks())
-        settings = ListenerSettings(port=0)
         try:
-            async with serving(settings, monitor) as listener:
+            async with serving(ListenerSettings(port=0), monitor) as listener:
                 assert isinstance(listener, Listener)
                 async with httpx.AsyncClient(base_url=listener.url) as client:
                     yield running, client
@@ -234,3 +240,24 @@ def _version() -> str:
 async def test_a_disabled_listener_serves_nothing() -> None:
     async with serving(ListenerSettings(enabled=False), HealthMonitor()) as listener:
         assert listener is None
+
+
+async def test_hook_runs_and_approvals_are_counted(azure_sim: Simulator, tmp_path: Path) -> None:
+    settings = {
+        "hooks": [{"name": "drain", "command": [sys.executable, "-c", "pass"]}],
+        "approval": {"rules": [{"event_types": ["Reboot"], "action": "approve-after-hooks"}]},
+    }
+    async with observed(azure_sim, tmp_path, providers=("azure",), settings=settings) as (
+        running,
+        client,
+    ):
+        azure_sim.azure.add_event(event_type="Reboot")
+        await running.sink.wait_for_type(APPROVED)
+        scraped = await scrape(client)
+    assert (
+        value(scraped, "maintenance_bridge_hook_runs_total", hook="drain", outcome="succeeded") == 1
+    )
+    approvals = value(
+        scraped, "maintenance_bridge_approvals_total", rule="approval.rules[0]", result="approved"
+    )
+    assert approvals == 1
