@@ -91,7 +91,6 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
         results.idle = await idle.measure(sizes.idle_seconds, sizes.idle_warmup, workdir, receiver)
         step(f"start-up: {sizes.startup_runs} run(s) each")
         results.startup = await startup.measure(sizes.startup_runs, workdir, receiver)
-        results.listener_import_ms = startup.listener_import_ms()
         results.import_profile = startup.import_profile(with_sdks=False)
         results.import_profile_sdks = startup.import_profile(with_sdks=True)
         results.rss_profile = idle.rss_by_import(startup.RUN_PATH)

@@ -74,6 +74,9 @@ def bridge_config(
         },
         "state": {"dir": str(workdir / "state")},
         "delivery": {"shutdown_timeout": 2.0},
+        # The listener runs as in production (it is on by default), on a free port so that
+        # several bridges can run side by side.
+        "listener": {"port": 0},
         "sinks": sinks,
     }
 

@@ -112,14 +112,3 @@ def import_profile(with_sdks: bool, top: int = 10) -> tuple[float, list[tuple[fl
             costs[package] = max(costs.get(package, 0.0), ms)
     ranked = sorted(((ms, name) for name, ms in costs.items()), reverse=True)
     return total, ranked[:top]
-
-
-def listener_import_ms() -> float:
-    """What importing aiohttp's server side adds to the run path (the planned listener)."""
-    code = (
-        "import time; t = time.perf_counter(); import aiohttp.web; print(time.perf_counter() - t)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True
-    )
-    return float(done.stdout.strip()) * 1000
