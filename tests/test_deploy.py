@@ -207,7 +207,7 @@ def test_validate_config_accepts_the_configmap_in_the_pod_environment(tmp_path: 
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
-    assert "valid (1 sink(s): ops)" in result.stdout
+    assert "valid (1 sink(s): ops;" in result.stdout
 
 
 def test_the_pod_runs_the_image_entrypoint_with_the_mounted_config() -> None:
