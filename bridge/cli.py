@@ -242,6 +242,8 @@ async def _once(config: Config) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    from bridge.health import HealthMonitor
+    from bridge.routes import serving
     from bridge.runner import Bridge, WatcherFactory, watcher_factory
     from bridge.simulator import Simulator
     from bridge.spool import Spool
@@ -257,6 +259,7 @@ async def _demo(args: argparse.Namespace) -> int:
                     },
                     "state": {"dir": state_dir},
                     "delivery": {"shutdown_timeout": 2.0},
+                    "listener": {"port": 0},  # a free port: never clashes with a real bridge
                 }
             )
             sink = StdoutSink("stdout", pretty=args.pretty)
@@ -266,6 +269,8 @@ async def _demo(args: argparse.Namespace) -> int:
                 "azure": watcher_factory(config, "azure"),
             }
             bridge = Bridge(config, factories, [sink], spool)
+            monitor = HealthMonitor()
+            monitor.attach(bridge)
             stop = asyncio.Event()
             _install_signal_handlers(stop)
             log.info(
@@ -274,15 +279,21 @@ async def _demo(args: argparse.Namespace) -> int:
                 args.scenario,
                 args.speed,
             )
-            runner = asyncio.create_task(bridge.run(stop))
-            while not stop.is_set() and sim.pending_steps:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.5)
-            if not stop.is_set():
-                await asyncio.sleep(3.0)  # let the last notices be seen and delivered
-                log.info("scenario over: %d notice(s) delivered", bridge.notices_seen)
-                stop.set()
-            await runner
+            async with serving(config.listener, monitor) as listener:
+                assert listener is not None
+                log.info(
+                    "while it plays: curl %s/v1/eligible (or /v1/notices, /metrics, /readyz)",
+                    listener.url,
+                )
+                runner = asyncio.create_task(bridge.run(stop))
+                while not stop.is_set() and sim.pending_steps:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 0.5)
+                if not stop.is_set():
+                    await asyncio.sleep(3.0)  # let the last notices be seen and delivered
+                    log.info("scenario over: %d notice(s) delivered", bridge.notices_seen)
+                    stop.set()
+                await runner
     return EXIT_OK
 
 

@@ -249,6 +249,7 @@ def test_demo_plays_the_scenario_and_prints_valid_events() -> None:
     assert providers == {"gce", "azure"}
     assert len(events) >= 6
     assert len({e["id"] for e in events}) == len(events)  # nothing doubled
+    assert "while it plays: curl http://127.0.0.1:" in result.stderr  # the status API is served
 
 
 async def test_spool_list_replay_purge(tmp_path: Path) -> None:
