@@ -4,8 +4,9 @@
 
 GCE: Google's `wait_for_maintenance` exactly as the simulator's fidelity tests run it
 (tests/simulator/google_sample.py, a verbatim copy), with the sample's own
-`maintenance_callback`. Azure: Microsoft's advanced sample (bench/azure_sample.py, verbatim),
-driven as its `main` does when "1" is pressed, forever. The only changes are the metadata URL
+`maintenance_callback`. Azure: Microsoft's advanced sample (tests/simulator/azure_sample.py,
+the same verbatim copy the approval tests run), driven as its `main` does when "1" is
+pressed, forever. The only changes are the metadata URL
 and this: every line they print is prefixed with `time.monotonic()` at the moment it is
 printed, so the driver knows when the sample "held" the notice.
 """
@@ -55,7 +56,7 @@ def run_gce(base_url: str) -> None:
 
 
 def run_azure(base_url: str) -> None:
-    from bench import azure_sample
+    from tests.simulator import azure_sample
 
     azure_sample.metadata_url = base_url + "scheduledevents"
     last_document_incarnation = "-1"
