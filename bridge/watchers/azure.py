@@ -28,8 +28,8 @@ import httpx
 from bridge.approval import ApprovalRejected
 from bridge.config import AzureSource
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status
-from bridge.watchers.base import Clock, Update, fingerprint, utcnow
-from bridge.watchers.http import MetadataClient, RequestStats, Sleep, _real_sleep
+from bridge.watchers.base import ClientWatcher, Clock, Update, fingerprint, utcnow
+from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
 
 log = logging.getLogger("bridge.watchers.azure")
 
@@ -87,7 +87,7 @@ def _parse_instance(response: httpx.Response) -> dict[str, Any]:
     return compute
 
 
-class AzureWatcher:
+class AzureWatcher(ClientWatcher):
     """Polls Scheduled Events and announces the changes that concern this VM."""
 
     name = "azure"
@@ -101,7 +101,7 @@ class AzureWatcher:
         clock: Clock = utcnow,
         sleep: Sleep = _real_sleep,
     ) -> None:
-        self._client = client
+        super().__init__(client)
         self._config = config
         checkpoint = checkpoint or {}
         self._known: dict[str, dict[str, Any]] = dict(checkpoint.get("events", {}))
@@ -111,17 +111,6 @@ class AzureWatcher:
         self._sleep = sleep
         self._first_call = True
         self.instance: Instance | None = None
-
-    @property
-    def stats(self) -> RequestStats:
-        return self._client.stats
-
-    @property
-    def healthy(self) -> bool:
-        return self._client.stats.consecutive_failures == 0
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
     async def identify(self) -> Instance:
         if self.instance is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bridge.model import Instance, Notice
 
 if TYPE_CHECKING:
-    from bridge.watchers.http import RequestStats
+    from bridge.watchers.http import MetadataClient, RequestStats
 
 Clock = Callable[[], datetime]
 
@@ -73,3 +73,21 @@ def fingerprint(value: Any) -> str:
 def episode_id(*parts: str) -> str:
     """An id for a notice the provider does not number (GCE): key, value and first sight."""
     return "gce-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+
+
+class ClientWatcher:
+    """What the watchers built on one `MetadataClient` share: counters, health, closing."""
+
+    def __init__(self, client: MetadataClient) -> None:
+        self._client = client
+
+    @property
+    def stats(self) -> RequestStats:
+        return self._client.stats
+
+    @property
+    def healthy(self) -> bool:
+        return self._client.stats.consecutive_failures == 0
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -26,8 +26,8 @@ import httpx
 
 from bridge.config import GceSource
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status, Window
-from bridge.watchers.base import Clock, Update, episode_id, fingerprint, utcnow
-from bridge.watchers.http import MetadataClient, RequestStats, Sleep, _real_sleep
+from bridge.watchers.base import ClientWatcher, Clock, Update, episode_id, fingerprint, utcnow
+from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
 
 log = logging.getLogger("bridge.watchers.gce")
 
@@ -151,7 +151,7 @@ def _validator(key: str) -> Callable[[httpx.Response], None]:
     return validate
 
 
-class GceWatcher:
+class GceWatcher(ClientWatcher):
     """Watches the three maintenance keys of the GCE metadata server."""
 
     name = "gce"
@@ -165,24 +165,13 @@ class GceWatcher:
         clock: Clock = utcnow,
         sleep: Sleep = _real_sleep,
     ) -> None:
-        self._client = client
+        super().__init__(client)
         self._config = config
         self._checkpoint: dict[str, Any] = dict(checkpoint or {})
         self._clock = clock
         self._sleep = sleep
         self.instance: Instance | None = None
         self._on_host_maintenance: str | None = None
-
-    @property
-    def stats(self) -> RequestStats:
-        return self._client.stats
-
-    @property
-    def healthy(self) -> bool:
-        return self._client.stats.consecutive_failures == 0
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
 
     async def _text(self, key: str) -> str:
         return (await self._client.get(key, validate=_validator(key))).text.strip()
