@@ -167,10 +167,25 @@ class Admin:
             request={"name": subscription, "topic": topic, "enable_message_ordering": ordering}
         )
 
-    def pull(self, subscription: str, count: int, timeout: float = 15.0) -> list[Any]:
-        """Pull and ack until `count` messages arrived (fails on timeout), in delivery order."""
+    def _pull_once(self, subscription: str, timeout: float) -> list[Any]:
+        """One pull of up to 100 messages, acknowledged; [] when none came within `timeout`."""
         from google.api_core import exceptions as gexc
 
+        try:
+            response = self.subscriber.pull(
+                request={"subscription": subscription, "max_messages": 100}, timeout=timeout
+            )
+        except gexc.DeadlineExceeded:
+            return []
+        received = list(response.received_messages)
+        if received:
+            self.subscriber.acknowledge(
+                request={"subscription": subscription, "ack_ids": [m.ack_id for m in received]}
+            )
+        return [m.message for m in received]
+
+    def pull(self, subscription: str, count: int, timeout: float = 15.0) -> list[Any]:
+        """Pull and ack until `count` messages arrived (fails on timeout), in delivery order."""
         messages: list[Any] = []
         deadline = time.monotonic() + timeout
         while len(messages) < count:
@@ -178,45 +193,15 @@ class Admin:
                 raise AssertionError(
                     f"only {len(messages)} of {count} messages arrived within {timeout}s"
                 )
-            try:
-                response = self.subscriber.pull(
-                    request={"subscription": subscription, "max_messages": 100}, timeout=5.0
-                )
-            except gexc.DeadlineExceeded:
-                continue
-            received = list(response.received_messages)
-            if received:
-                self.subscriber.acknowledge(
-                    request={
-                        "subscription": subscription,
-                        "ack_ids": [m.ack_id for m in received],
-                    }
-                )
-            messages.extend(m.message for m in received)
+            messages.extend(self._pull_once(subscription, 5.0))
         return messages
 
     def drain(self, subscription: str, seconds: float = 1.0) -> list[Any]:
         """Whatever else arrives within `seconds` (to prove nothing extra was delivered)."""
-        from google.api_core import exceptions as gexc
-
         messages: list[Any] = []
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            try:
-                response = self.subscriber.pull(
-                    request={"subscription": subscription, "max_messages": 100}, timeout=1.0
-                )
-            except gexc.DeadlineExceeded:
-                continue
-            received = list(response.received_messages)
-            if received:
-                self.subscriber.acknowledge(
-                    request={
-                        "subscription": subscription,
-                        "ack_ids": [m.ack_id for m in received],
-                    }
-                )
-            messages.extend(m.message for m in received)
+            messages.extend(self._pull_once(subscription, 1.0))
         return messages
 
     def close(self) -> None:
