@@ -343,8 +343,14 @@ class _Connection:
             filters = (source[7] if len(source) > 7 else None) or {}
             link.cursor = _start_index(link.partition, filters)
 
-    def grant(self, session: _Session, link: _Link) -> None:
-        link.credit = 1000
+    def _flow(
+        self,
+        session: _Session,
+        link: _Link,
+        available: int | None = None,
+        drain: bool | None = None,
+    ) -> None:
+        """A link FLOW frame stating the link's delivery count and credit."""
         self.send(
             session.channel,
             perf.FlowFrame(
@@ -355,12 +361,16 @@ class _Connection:
                 link.local_handle,
                 link.delivery_count,
                 link.credit,
-                None,
-                None,
+                available,
+                drain,
                 None,
                 None,
             ),
         )
+
+    def grant(self, session: _Session, link: _Link) -> None:
+        link.credit = 1000
+        self._flow(session, link)
 
     def on_flow(self, session: _Session, f: list[Any]) -> None:
         handle = f[4]
@@ -375,22 +385,7 @@ class _Connection:
         if f[8] and link.credit > 0:  # drain: use up the credit and say so
             link.delivery_count += link.credit
             link.credit = 0
-            self.send(
-                session.channel,
-                perf.FlowFrame(
-                    session.next_incoming_id,
-                    65536,
-                    session.next_outgoing_id,
-                    65536,
-                    link.local_handle,
-                    link.delivery_count,
-                    0,
-                    0,
-                    True,
-                    None,
-                    None,
-                ),
-            )
+            self._flow(session, link, available=0, drain=True)
 
     def pump(self, session: _Session, link: _Link) -> None:
         """Send what the link has for the client, as far as its credit goes."""
