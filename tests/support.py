@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,10 +75,16 @@ class CheckedSink(MemorySink):
 
 
 async def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    """Poll `predicate` until it is true (for state outside the bridge: files, simulators)."""
+    """Poll `predicate` until it is true (for state outside the bridge: files, simulators,
+    counters, HTTP answers); a predicate that returns an awaitable is awaited each time."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not predicate():
+    while True:
+        outcome = predicate()
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if outcome:
+            return
         if loop.time() > deadline:
             raise AssertionError(f"condition not reached within {timeout}s")
         await asyncio.sleep(0.02)

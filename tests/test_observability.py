@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from bridge.routes import serving
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from sinks.base import Health
-from tests.support import CheckedSink, Running, running_bridge
+from tests.support import CheckedSink, Running, eventually, running_bridge
 
 
 class SwitchableSink(CheckedSink):
@@ -80,13 +79,6 @@ async def scrape(client: httpx.AsyncClient) -> dict[tuple[str, frozenset[tuple[s
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     return samples(response.text)
-
-
-async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def test_counters_move_as_a_scenario_plays(gce_sim: Simulator, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from bridge.events import serialize
 from bridge.runner import build_sinks
 from bridge.spool import NewEvent, Spool
 from tests.factories import sample_events
-from tests.support import assert_valid
+from tests.support import assert_valid, eventually
 
 
 class FlakyReceiver:
@@ -88,13 +88,6 @@ async def deliver(tmp_path: Path, url: str) -> tuple[Spool, Dispatcher, list[str
     return spool, dispatcher, [e.get_id() for e in events]
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    """Poll: the condition spans the receiver, the dispatcher and the spool (no one event)."""
-    async with asyncio.timeout(timeout):
-        while not predicate():  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-
-
 @pytest.mark.parametrize("outage", ["503", "hang", "refuse"])
 async def test_everything_arrives_after_the_receiver_recovers(
     tmp_path: Path, receiver: FlakyReceiver, outage: str
@@ -106,14 +99,14 @@ async def test_everything_arrives_after_the_receiver_recovers(
     spool, dispatcher, ids = await deliver(tmp_path, receiver.url)
     try:
         # Down for a while: several failed attempts (each hanging one takes its 0.3 s timeout).
-        await wait_until(lambda: dispatcher.stats["webhook"].retried >= 3)
+        await eventually(lambda: dispatcher.stats["webhook"].retried >= 3, timeout=15.0)
         assert receiver.received == []
         if outage == "refuse":
             await receiver.start()  # same port
         receiver.mode = "ok"
-        await wait_until(lambda: len(receiver.received) >= len(ids))
+        await eventually(lambda: len(receiver.received) >= len(ids), timeout=15.0)
         assert [e["id"] for e in receiver.received] == ids  # all, in order, once each
-        await wait_until(lambda: dispatcher.stats["webhook"].delivered == len(ids))
+        await eventually(lambda: dispatcher.stats["webhook"].delivered == len(ids), timeout=15.0)
     finally:
         await dispatcher.stop(1.0)
         assert await spool.depth() == {}
@@ -127,14 +120,16 @@ async def test_a_400_is_dead_lettered_and_replay_delivers_it(
     receiver.mode = "400"
     spool, dispatcher, ids = await deliver(tmp_path, receiver.url)
     try:
-        await wait_until(lambda: dispatcher.stats["webhook"].dead_lettered == len(ids))
+        await eventually(
+            lambda: dispatcher.stats["webhook"].dead_lettered == len(ids), timeout=15.0
+        )
         letters = await spool.dead_letters()
         assert [d.id for d in letters] == ids
         assert all("HTTP 400" in d.reason for d in letters)
         receiver.mode = "ok"
         assert await spool.replay() == len(ids)
         dispatcher.notify()
-        await wait_until(lambda: len(receiver.received) == len(ids))
+        await eventually(lambda: len(receiver.received) == len(ids), timeout=15.0)
         assert [e["id"] for e in receiver.received] == ids
     finally:
         await dispatcher.stop(1.0)
@@ -186,7 +181,7 @@ timeout = 30
             str(config),
             stderr=asyncio.subprocess.DEVNULL,
         )
-        await wait_until(lambda: receiver.attempts >= 1)  # a send is in flight
+        await eventually(lambda: receiver.attempts >= 1, timeout=15.0)  # a send is in flight
         started = time.monotonic()
         process.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(process.wait(), 10)

@@ -11,7 +11,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from sinks.eventhubs import Config, EventHubsSink, create
 from tests.factories import instance, sample_events
 from tests.sinks.contract import SinkContract
 from tests.sinks.eventhub_server import EventHubServer
-from tests.support import assert_valid
+from tests.support import assert_valid, eventually
 
 KEY = "s3cr3t-shared-access-key"
 
@@ -129,13 +129,6 @@ class TestEventHubsContract(SinkContract):
 async def server() -> AsyncIterator[EventHubServer]:
     async with EventHubServer() as running:
         yield running
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    """Poll the dispatcher's stats: it exposes counters, not events to wait on."""
-    async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
 
 
 def interleaved(per_vm: int, vms: Sequence[str]) -> list[CloudEvent]:
@@ -253,14 +246,14 @@ async def test_outage_mid_run_is_retried_and_nothing_lost(
         dispatcher.notify()
 
     async def wait_delivered(count: int) -> None:
-        await wait_until(lambda: dispatcher.stats[sink.name].delivered >= count)
+        await eventually(lambda: dispatcher.stats[sink.name].delivered >= count, timeout=15.0)
 
     try:
         await commit(events[:6])
         await wait_delivered(6)
         await server.stop()
         await commit(events[6:12])
-        await wait_until(lambda: dispatcher.stats[sink.name].retried >= 2)
+        await eventually(lambda: dispatcher.stats[sink.name].retried >= 2, timeout=15.0)
         assert dispatcher.stats[sink.name].delivered == 6
         await commit(events[12:])
         await server.start()
