@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import drain, idle, latency, startup
-from bench.procs import ROOT, free_port, spawn
+from bench.procs import ROOT, spawn
 from bench.receiver import Receiver
 from bench.report import Results, plot, render, targets
+from tests.support import free_port
 
 
 @dataclass(frozen=True)

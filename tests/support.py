@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,14 @@ class CheckedSink(MemorySink):
                 raise AssertionError(f"{len(found)} {event_type} event(s), expected {count}")
             await asyncio.sleep(0.02)
         return found
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (for servers that need it up front)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 async def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:

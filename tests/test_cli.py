@@ -16,16 +16,9 @@ import httpx
 
 from bridge.events import schema
 from bridge.simulator import Simulator, SimulatorThread
-from tests.support import assert_valid
+from tests.support import assert_valid, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def bridge(

@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import free_port
 
 SDK_ROOTS = (
     os.environ.get("CLOUDSDK_ROOT_DIR", ""),
@@ -55,13 +56,6 @@ def find_script() -> Path | None:
         if root and (Path(root) / SCRIPT).is_file():
             return Path(root) / SCRIPT
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def unique(prefix: str) -> str:
