@@ -150,13 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
 # -- commands -------------------------------------------------------------------------------
 
 
-def _load(path: Path | None) -> Config:
-    config, _ = load_config(path)
+def _load(path: Path | None) -> tuple[Config, Path | None]:
+    """The configuration (stdout when no sink is configured) and the file it came from."""
+    config, source = load_config(path)
     if not config.sinks:
         config = config.model_copy(
             update={"sinks": parse_config({"sinks": [{"type": "stdout"}]}).sinks}
         )
-    return config
+    return config, source
 
 
 def _install_signal_handlers(stop: asyncio.Event) -> None:
@@ -297,18 +298,13 @@ async def _demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _doctor(args: argparse.Namespace, config: Config) -> int:
+async def _doctor(args: argparse.Namespace, config: Config, source: Path | None) -> int:
     from bridge.doctor import Doctor, render
 
-    doctor = Doctor(config, args.config or _env_config_path(), args.timeout)
+    doctor = Doctor(config, source, args.timeout)
     findings = await doctor.run(send_test_event=args.send_test_event)
     sys.stdout.write(render(findings))
     return EXIT_FAILURE if any(f.verdict == "fail" for f in findings) else EXIT_OK
-
-
-def _env_config_path() -> Path | None:
-    value = os.environ.get(CONFIG_ENV)
-    return Path(value) if value else None
 
 
 async def _spool(args: argparse.Namespace, config: Config) -> int:
@@ -388,12 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{'leader = ' + config.approval.leader if approving else 'off'})"
             )
             return EXIT_OK
-        config = _load(args.config)
+        config, source = _load(args.config)
         runners: dict[str, Any] = {
             "run": lambda: _run(config),
             "once": lambda: _once(config),
             "spool": lambda: _spool(args, config),
-            "doctor": lambda: _doctor(args, config),
+            "doctor": lambda: _doctor(args, config, source),
         }
         return int(asyncio.run(runners[command]()))
     except ConfigError as exc:
