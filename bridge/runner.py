@@ -92,7 +92,6 @@ class Bridge:
     watchers: dict[str, Watcher] = field(init=False, default_factory=dict)
     #: The notices in force, by (watcher, notice id): what `/v1/notices` serves.
     current: dict[tuple[str, str], CloudEvent] = field(init=False, default_factory=dict)
-    notices_seen: int = field(init=False, default=0)
     #: Notices seen since start, by (provider, kind, status): the metrics' counter.
     notice_counts: Counter[tuple[str, str, str]] = field(init=False, default_factory=Counter)
     _tasks: dict[str, asyncio.Task[None]] = field(init=False, default_factory=dict)
@@ -167,7 +166,6 @@ class Bridge:
                 async for update in watcher.watch():
                     events, plan = await self._commit(name, update)
                     for notice, event in zip(update.notices, events, strict=True):
-                        self.notices_seen += 1
                         self.notice_counts[
                             (notice.provider.value, notice.kind.value, notice.status.value)
                         ] += 1
@@ -190,6 +188,10 @@ class Bridge:
                 await watcher.aclose()
                 await self.sleep(delay)
                 delay = min(delay * 2, 60.0)
+
+    @property
+    def notices_seen(self) -> int:
+        return sum(self.notice_counts.values())
 
     def watch_tasks_alive(self) -> dict[str, bool]:
         """Per watcher: is its task running (it restarts itself after failures)?"""
