@@ -234,16 +234,10 @@ class Doctor:
                 await sink.close(self.timeout)
 
     async def _sink(self, sink: Sink, send_test_event: bool) -> None:
-        check = f"sink {sink.name}"
-        try:
-            health = await self._bounded(sink.healthcheck)
-        except TimeoutError:
-            self.note(check, "fail", f"health check did not finish in {self.timeout:g}s")
-            return
-        except Exception as exc:
-            self.note(check, "fail", f"health check raised {type(exc).__name__}: {exc}")
-            return
-        self.note(check, "ok" if health.ok else "fail", health.detail)
+        from bridge.health import sink_health
+
+        health = await sink_health(sink, self.timeout)
+        self.note(f"sink {sink.name}", "ok" if health.ok else "fail", health.detail)
         if send_test_event:
             await self._send_test_event(sink)
 

@@ -115,13 +115,7 @@ class HealthMonitor:
 
         async def one(sink: Sink) -> None:
             name = sink.name
-            try:
-                health = await asyncio.wait_for(sink.healthcheck(), self._timeout)
-            except TimeoutError:
-                health = Health(False, f"health check timed out after {self._timeout:g}s")
-            except Exception as exc:
-                log.exception("sink %s: health check raised", name)
-                health = Health(False, f"health check raised {type(exc).__name__}: {exc}")
+            health = await sink_health(sink, self._timeout)
             previous = self.sink_health.get(name)
             if previous is not None and previous.ok != health.ok:
                 level = logging.INFO if health.ok else logging.WARNING
@@ -135,6 +129,17 @@ class HealthMonitor:
         while True:
             await self.check_sinks()
             await asyncio.sleep(self._interval)
+
+
+async def sink_health(sink: Sink, timeout: float) -> Health:
+    """The sink's own health check, bounded: a check that hangs or raises is a failed check."""
+    try:
+        return await asyncio.wait_for(sink.healthcheck(), timeout)
+    except TimeoutError:
+        return Health(False, f"health check timed out after {timeout:g}s")
+    except Exception as exc:
+        log.exception("sink %s: health check raised", sink.name)
+        return Health(False, f"health check raised {type(exc).__name__}: {exc}")
 
 
 def _word(ok: bool) -> str:
