@@ -138,6 +138,21 @@ class Dispatcher:
             raise _Stop
 
     async def _deliver(self, sink: Sink, batch: list[Spooled]) -> Result:
+        """Send `batch` until the sink returns something other than `Retry`.
+
+        The first attempt runs bare: building tenacity's retry state costs more than a
+        webhook POST's own protocol work, and a draining backlog pays it per request. Only a
+        batch whose first attempt asks for a retry enters the retry loop, which starts from
+        that answer, so backoff and logging are the same as if it had run every attempt.
+        """
+        first = await self._attempt(sink, batch)
+        if not isinstance(first, Retry):
+            return first
+        answers = [first]
+
+        async def attempt() -> Result:
+            return answers.pop() if answers else await self._attempt(sink, batch)
+
         stats = self.stats[sink.name]
 
         async def before_sleep(state: RetryCallState) -> None:
@@ -171,7 +186,7 @@ class Dispatcher:
             sleep=self._interruptible_sleep,
             before_sleep=before_sleep,
         )
-        result: Result = await retrying(self._attempt, sink, batch)
+        result: Result = await retrying(attempt)
         return result
 
     async def _worker(self, sink: Sink) -> None:

@@ -14,10 +14,11 @@ dispatcher retries, and a retry re-signs the same bytes with the same `webhook-i
 fresh `webhook-timestamp` (receivers reject stale timestamps, so re-sending an old signature
 would be refused after five minutes of outage).
 
-One `httpx.AsyncClient` per sink: HTTP/1.1 keep-alive and connection reuse, TLS verification
-always on (custom CA bundle optional), `trust_env=False` so the process environment
-(HTTP_PROXY, SSL_CERT_FILE, .netrc) cannot redirect or weaken this sink; a proxy is used only
-when this sink's `proxy` key says so.
+One HTTP/1.1 client per sink (`sinks._webhook_http`, h11 over asyncio streams, chosen for
+its per-request cost: it is what bounds a backlog drain): keep-alive and connection reuse, TLS
+verification always on (custom CA bundle optional), and nothing read from the process
+environment (HTTP_PROXY, SSL_CERT_FILE, .netrc), so nothing outside this sink's own keys can
+redirect or weaken it; a proxy is used only when this sink's `proxy` key says so.
 
 Credentials (signing secrets, bearer token, header values) stay in `SecretStr` until the
 moment a request is built; they are never logged, never in a reason and never in a repr.
@@ -27,14 +28,16 @@ from __future__ import annotations
 
 import collections
 import email.utils
+import functools
 import logging
 import re
 import ssl
 import time
 from collections.abc import Sequence
 from typing import Final, Literal
+from urllib.parse import urlsplit
 
-import httpx
+import certifi
 from cloudevents.core.bindings.http import to_binary
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
@@ -43,6 +46,7 @@ from pydantic import AnyHttpUrl, Field, FilePath, SecretStr, field_validator, mo
 from bridge.events import serialize
 from bridge.secrets import Secret
 from sinks import _webhook_signing as signing
+from sinks._webhook_http import Http1Client, RequestTimeoutError, Response, TransportError
 from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
 
 log = logging.getLogger("sinks.webhook")
@@ -149,11 +153,20 @@ class Config(SinkConfig):
         return self
 
 
-def redact_url(url: str | httpx.URL) -> str:
+def redact_url(url: str) -> str:
     """The url without user info and query, which may carry credentials: for logs/reasons."""
-    parsed = httpx.URL(str(url))
+    parsed = urlsplit(url)
+    host = parsed.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
     port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}"
+    return f"{parsed.scheme}://{host}{port}{parsed.path}"
+
+
+@functools.cache
+def _public_cas() -> ssl.SSLContext:
+    """certifi's public CAs, loaded once per process (a context costs ~1 ms and ~1 MiB)."""
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -170,16 +183,16 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def classify_status(response: httpx.Response) -> Result:
-    """Map an HTTP answer to a delivery outcome (shared by every HTTP-speaking sink).
+def classify_status(response: Response, url: str) -> Result:
+    """Map an HTTP answer from `url` (already redacted) to a delivery outcome.
 
     410 is classified here as permanent; `WebhookSink` handles it before calling this,
     because for a webhook it means "this endpoint is gone", not "this event is bad".
     """
-    status = response.status_code
+    status = response.status
     if 200 <= status < 300:
         return Ok()
-    reason = f"HTTP {status} from {redact_url(response.request.url)}"
+    reason = f"HTTP {status} from {url}"
     if status in _TRANSIENT_STATUS or status >= 500:
         return Retry(reason, retry_after_seconds(response.headers.get("retry-after")))
     if 300 <= status < 400:
@@ -224,16 +237,16 @@ class WebhookSink(Sink):
         self._allowed_rate: int | None = None
         self._recent: collections.deque[float] = collections.deque()
         self._disabled: str | None = None
-        verify: ssl.SSLContext | bool = True
         if config.ca_bundle is not None:
-            verify = ssl.create_default_context(cafile=str(config.ca_bundle))
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.timeout),
-            follow_redirects=False,
-            trust_env=False,
-            verify=verify,
+            cas = ssl.create_default_context(cafile=str(config.ca_bundle))
+        else:
+            cas = _public_cas()
+        self._client = Http1Client(
+            self._url,
+            timeout=config.timeout,
+            ssl_context=cas,
             proxy=str(config.proxy) if config.proxy is not None else None,
-            headers={"user-agent": USER_AGENT},
+            user_agent=USER_AGENT,
         )
 
     @property
@@ -284,12 +297,12 @@ class WebhookSink(Sink):
             return None
         headers = {**self._auth_headers(), "webhook-request-origin": self._origin}
         try:
-            response = await self._client.options(self._url, headers=headers)
-        except httpx.TimeoutException as exc:
-            return Retry(f"handshake with {self.display_url} timed out: {type(exc).__name__}")
-        except httpx.TransportError as exc:
-            return Retry(f"handshake: cannot reach {self.display_url}: {_describe(exc)}")
-        status = response.status_code
+            response = await self._client.request("OPTIONS", headers)
+        except RequestTimeoutError as exc:
+            return Retry(f"handshake with {self.display_url}: timeout: {exc}")
+        except TransportError as exc:
+            return Retry(f"handshake: cannot reach {self.display_url}: {exc}")
+        status = response.status
         if status == 410:
             return self._disable(status)
         allowed = response.headers.get("webhook-allowed-origin", "").strip()
@@ -357,15 +370,16 @@ class WebhookSink(Sink):
             headers["origin"] = self._origin
         result: Result
         try:
-            response = await self._client.post(self._url, content=body, headers=headers)
-        except httpx.TimeoutException as exc:
-            result = Retry(f"timeout posting to {self.display_url}: {type(exc).__name__}")
-        except httpx.TransportError as exc:
-            result = Retry(f"cannot reach {self.display_url}: {_describe(exc)}")
+            response = await self._client.request("POST", headers, body)
+        except RequestTimeoutError as exc:
+            result = Retry(f"timeout posting to {self.display_url}: {exc}")
+        except TransportError as exc:
+            result = Retry(f"cannot reach {self.display_url}: {exc}")
         else:
-            result = (
-                self._disable(410) if response.status_code == 410 else classify_status(response)
-            )
+            if response.status == 410:
+                result = self._disable(410)
+            else:
+                result = classify_status(response, self.display_url)
         if not isinstance(result, Ok):
             self._granted = False
         return result
@@ -381,11 +395,11 @@ class WebhookSink(Sink):
                 return Health(False, refused.reason)
             return Health(True, f"{self.display_url} granted delivery to {self._origin}")
         try:
-            response = await self._client.options(self._url, headers=self._auth_headers())
-        except httpx.HTTPError as exc:
-            return Health(False, f"cannot reach {self.display_url}: {_describe(exc)}")
-        ok = response.status_code not in _HEALTH_FAILURES
-        return Health(ok, f"{self.display_url} answered HTTP {response.status_code}")
+            response = await self._client.request("OPTIONS", self._auth_headers())
+        except TransportError as exc:
+            return Health(False, f"cannot reach {self.display_url}: {exc}")
+        ok = response.status not in _HEALTH_FAILURES
+        return Health(ok, f"{self.display_url} answered HTTP {response.status}")
 
     async def _close(self, timeout: float) -> None:
         await self._client.aclose()
@@ -402,10 +416,6 @@ class BatchWebhookSink(WebhookSink):
     """
 
     max_batch = BATCH_SIZE
-
-
-def _describe(exc: Exception) -> str:
-    return str(exc) or type(exc).__name__
 
 
 def create(config: Config, name: str) -> WebhookSink:

@@ -107,19 +107,26 @@ class WebhookReceiver:
 
 
 class RecordingProxy:
-    """A forward proxy that records each request line (absolute-form) and answers 200 itself."""
+    """A forward proxy that records each request line and its Proxy-Authorization.
 
-    def __init__(self) -> None:
+    Absolute-form requests (http:// targets) are answered 200 by the proxy itself; CONNECT
+    (https:// targets) opens a real tunnel to the requested host and pipes bytes both ways,
+    so TLS to the origin runs end to end through it.
+    """
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         self.request_lines: list[str] = []
+        self.authorizations: list[str | None] = []
+        self._ssl = ssl_context
         self._server: asyncio.Server | None = None
         self.port = 0
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}"
 
     async def start(self) -> RecordingProxy:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self._ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -132,13 +139,40 @@ class RecordingProxy:
         try:
             line = (await reader.readline()).decode("latin-1").strip()
             length = 0
+            authorization = None
             while header := (await reader.readline()).strip():
                 name, _, value = header.decode("latin-1").partition(":")
                 if name.strip().lower() == "content-length":
                     length = int(value)
-            await reader.readexactly(length)
+                if name.strip().lower() == "proxy-authorization":
+                    authorization = value.strip()
             self.request_lines.append(line)
+            self.authorizations.append(authorization)
+            if line.startswith("CONNECT "):
+                await self._tunnel(line.split()[1], reader, writer)
+                return
+            await reader.readexactly(length)
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
             await writer.drain()
         finally:
             writer.close()
+
+    async def _tunnel(
+        self, authority: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        host, _, port = authority.rpartition(":")
+        up_reader, up_writer = await asyncio.open_connection(host.strip("[]"), int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+
+        async def pipe(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    target.write(data)
+                    await target.drain()
+            except ConnectionError:
+                pass
+            finally:
+                target.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
