@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import pstats
 import shutil
 import sys
 import tempfile
@@ -17,8 +18,10 @@ from pathlib import Path
 
 from bench import drain, idle, latency, startup
 from bench.procs import ROOT, spawn
+from bench.profiles import by_package
 from bench.receiver import Receiver
 from bench.report import Results, plot, render, targets
+from bench.stats import worst
 from tests.support import free_port
 
 
@@ -122,11 +125,49 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
             step("profiling the structured webhook drain")
             sink = {"type": "webhook", "url": receiver.url("drain-profile")}
             results.drain_profile = await drain.profile_drain(sink, min(2000, sizes.drain_events))
+        for target in targets(results):
+            if target.missed() and "latency" in target.label:
+                step(f"profiling: {target.label}")
+                results.latency_profiles[target.label] = await latency_profile(
+                    target.label, results, workdir, receiver, min(60, sizes.transitions)
+                )
     finally:
         await receiver.close()
         await receiver_proc.stop()
     results.seconds = time.monotonic() - began
     return results
+
+
+async def latency_profile(
+    label: str, results: Results, workdir: Path, receiver: Receiver, transitions: int
+) -> list[str]:
+    """What a missed latency costs: the slowest transitions of the measured run, then the
+    bridge's CPU by package over a rerun under cProfile (slower than the measured run, so
+    read it for where the time goes, not for how much)."""
+    gce = label.startswith("GCE")
+    key = "gce" if gce else ("azure-1s" if "1 s" in label else "azure-0.25s")
+    measured = results.gce if gce else results.azure
+    series = next((s for s in measured if not s.baseline and s.name.endswith(_POLL[key])), None)
+    lines = worst(series) if series is not None else []
+    directory = workdir / f"latency-profile-{key}"  # its own spools, logs and profiles
+    directory.mkdir(exist_ok=True)
+    if gce:
+        await latency.gce(transitions, directory, receiver, directory)
+    else:
+        await latency.azure(transitions, directory, receiver, 0.5, directory)
+    profile = directory / f"{key}.prof"
+    if not profile.exists():
+        return [*lines, "(the profiled bridge wrote no profile)"]
+    stats = pstats.Stats(str(profile))
+    return [
+        *lines,
+        "",
+        f"the bridge under cProfile for {transitions} transitions (start-up included):",
+        *by_package(stats, transitions, "transition"),
+    ]
+
+
+_POLL = {"gce": "GCE long poll", "azure-1s": "Azure 1 s poll", "azure-0.25s": "Azure 0.25 s poll"}
 
 
 def main(argv: list[str] | None = None) -> int:

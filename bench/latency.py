@@ -73,7 +73,9 @@ def hanging(sim: Simulator) -> bool:
     )
 
 
-async def gce(count: int, workdir: Path, receiver: Receiver) -> list[Series]:
+async def gce(
+    count: int, workdir: Path, receiver: Receiver, profile_dir: Path | None = None
+) -> list[Series]:
     ours = Series("bridge, GCE long poll", baseline=False, expected=count)
     theirs = Series("Google's sample, GCE long poll", baseline=True, expected=count)
     async with Simulator(provider="gce") as sim, Simulator(provider="gce") as base_sim:
@@ -82,11 +84,13 @@ async def gce(count: int, workdir: Path, receiver: Receiver) -> list[Series]:
             config = bridge_config(
                 workdir / "gce-latency",
                 "gce",
-                [webhook(receiver.url("gce"))],
+                [webhook(receiver.url(_stream(profile_dir, "gce")))],
                 gce_url=sim.gce_url,
                 azure_url=sim.azure_url,
             )
-            procs.append(await start_bridge("gce-latency", workdir, config))
+            procs.append(
+                await start_bridge("gce-latency", workdir, config, _profile(profile_dir, "gce"))
+            )
             sample = await spawn(
                 "gce-sample", ["-m", "bench.baseline", "gce", base_sim.gce_url], workdir,
                 stamped_stdout=True,
@@ -102,12 +106,12 @@ async def gce(count: int, workdir: Path, receiver: Receiver) -> list[Series]:
                 t_base = time.monotonic()
                 base_sim.gce.set(MAINTENANCE, value)
                 changes.append((t_ours, t_base))
-                await receiver.wait("gce", i + 1)
+                await receiver.wait(_stream(profile_dir, "gce"), i + 1)
                 # its "started" line, then one line per change
                 await until(printed(sample, i + 2), 10, "the GCE sample's print")
                 await until(lambda: hanging(sim) and hanging(base_sim), 10, "a new long poll")
                 await asyncio.sleep(rng.uniform(0.0, 0.01))
-            records = await receiver.records("gce")
+            records = await receiver.records(_stream(profile_dir, "gce"))
             for i, record in enumerate(records[:count]):
                 expected = GCE_VALUES[i % 2]
                 if (record.get("raw") or {}).get("value") != expected:
@@ -115,12 +119,12 @@ async def gce(count: int, workdir: Path, receiver: Receiver) -> list[Series]:
                 t0 = changes[i][0]
                 answered = first_answer(sim, MAINTENANCE, t0)
                 if answered is not None:
-                    ours.add(record["at"] - t0, answered - t0)
+                    ours.add(record["at"] - t0, answered - t0, answered)
             for i, (stamp, _text) in enumerate(sample.lines[1 : count + 1]):
                 t0 = changes[i][1]
                 answered = first_answer(base_sim, MAINTENANCE, t0)
                 if answered is not None:
-                    theirs.add(stamp - t0, answered - t0)
+                    theirs.add(stamp - t0, answered - t0, answered)
             for proc in procs:
                 await proc.stop()
     return [ours, theirs]
@@ -134,7 +138,13 @@ class AzureChange:
     incarnation: int
 
 
-async def azure(count: int, workdir: Path, receiver: Receiver, spacing: float) -> list[Series]:
+async def azure(
+    count: int,
+    workdir: Path,
+    receiver: Receiver,
+    spacing: float,
+    profile_dir: Path | None = None,
+) -> list[Series]:
     polls = {"azure-1s": 1.0, "azure-0.25s": 0.25}
     series = {
         "azure-1s": Series("bridge, Azure 1 s poll", baseline=False, expected=count),
@@ -152,12 +162,16 @@ async def azure(count: int, workdir: Path, receiver: Receiver, spacing: float) -
                 config = bridge_config(
                     workdir / f"{name}-latency",
                     "azure",
-                    [webhook(receiver.url(name))],
+                    [webhook(receiver.url(_stream(profile_dir, name)))],
                     gce_url=sims[name].gce_url,
                     azure_url=sims[name].azure_url,
                 )
                 config["source"]["azure"]["poll_interval"] = interval
-                procs.append(await start_bridge(f"{name}-latency", workdir, config))
+                procs.append(
+                    await start_bridge(
+                        f"{name}-latency", workdir, config, _profile(profile_dir, name)
+                    )
+                )
             sample = await spawn(
                 "azure-sample", ["-m", "bench.baseline", "azure", sims["sample"].azure_url],
                 workdir, stamped_stdout=True,
@@ -172,11 +186,11 @@ async def azure(count: int, workdir: Path, receiver: Receiver, spacing: float) -
             )
             changes = await _play_azure(count, sims, spacing)
             for name in polls:
-                await receiver.wait(name, count, timeout=15)
+                await receiver.wait(_stream(profile_dir, name), count, timeout=15)
             last = changes[-1].incarnation if changes else 0
             await until(lambda: _processed(sample) >= last, 15, "the Azure sample's last print")
             for name in polls:
-                records = await receiver.records(name)
+                records = await receiver.records(_stream(profile_dir, name))
                 by_key = {(r["notice_id"], r["status"]): r for r in records}
                 for change in changes:
                     status = "scheduled" if change.added else "cancelled"
@@ -184,7 +198,7 @@ async def azure(count: int, workdir: Path, receiver: Receiver, spacing: float) -
                     answered = first_answer(sims[name], "scheduledevents", change.at[name])
                     if record is not None and answered is not None:
                         t0 = change.at[name]
-                        series[name].add(record["at"] - t0, answered - t0)
+                        series[name].add(record["at"] - t0, answered - t0, answered)
             printed = [
                 (stamp, int(text.rsplit(" ", 1)[1]))
                 for stamp, text in sample.lines
@@ -195,13 +209,23 @@ async def azure(count: int, workdir: Path, receiver: Receiver, spacing: float) -
                 seen = next((s for s, n in printed if n >= change.incarnation and s >= t0), None)
                 answered = first_answer(sims["sample"], "scheduledevents", t0)
                 if seen is not None and answered is not None:
-                    series["sample"].add(seen - t0, answered - t0)
+                    series["sample"].add(seen - t0, answered - t0, answered)
             for proc in procs:
                 await proc.stop()
     finally:
         for sim in sims.values():
             await sim.stop()
     return list(series.values())
+
+
+def _profile(directory: Path | None, name: str) -> Path | None:
+    """Where the bridge of series `name` writes its cProfile data, when profiling."""
+    return None if directory is None else directory / f"{name}.prof"
+
+
+def _stream(profile_dir: Path | None, name: str) -> str:
+    """The receiver's name for a series: a profiling rerun must not count the first run's."""
+    return name if profile_dir is None else f"profile-{name}"
 
 
 def _processed(sample: Proc) -> int:

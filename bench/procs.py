@@ -178,15 +178,21 @@ async def _read_stamped(proc: Proc) -> None:
             proc.lines.append((float(stamp), text))
 
 
-async def start_bridge(name: str, workdir: Path, config: Mapping[str, Any]) -> Proc:
-    """`maintenance-bridge run --config` as its own process, logging JSON lines to a file."""
+async def start_bridge(
+    name: str, workdir: Path, config: Mapping[str, Any], profile: Path | None = None
+) -> Proc:
+    """`maintenance-bridge run --config` as its own process, logging JSON lines to a file.
+
+    With `profile`, the bridge runs under cProfile, which writes there when it stops.
+    """
     directory = workdir / name
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "config.toml"
     path.write_text(to_toml(config))
-    return await spawn(
-        name, ["-m", "bridge", "--log-format", "json", "run", "--config", str(path)], directory
-    )
+    command = ["-m", "bridge", "--log-format", "json", "run", "--config", str(path)]
+    if profile is not None:
+        command = ["-m", "cProfile", "-o", str(profile), *command]
+    return await spawn(name, command, directory)
 
 
 @contextlib.contextmanager

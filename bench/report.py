@@ -34,6 +34,8 @@ class Results:
     rss_profile: list[str] = field(default_factory=list)
     drain_profile: list[str] = field(default_factory=list)
     idle_profile: list[str] = field(default_factory=list)
+    #: Per missed latency target (its label): the slowest transitions, then a CPU profile.
+    latency_profiles: dict[str, list[str]] = field(default_factory=dict)
 
 
 def machine() -> str:
@@ -290,6 +292,9 @@ def _profiles(results: Results, table: list[Target], emit: Emit) -> None:
                 emit(f"  {ms:7.1f} ms  {name}")
         elif "drain" in t.label:
             for line in results.drain_profile:
+                emit(line)
+        elif t.label in results.latency_profiles:
+            for line in results.latency_profiles[t.label]:
                 emit(line)
         elif "Idle CPU" in t.label:
             emit("the idle Azure bridge under cProfile (start-up included, so read the per-poll")

@@ -39,11 +39,28 @@ class Series:
     total: list[float] = field(default_factory=list)
     wait: list[float] = field(default_factory=list)
     expected: int = 0
+    #: When the answer carrying each transition was handed over (monotonic seconds): equal
+    #: moments mean one poll answer carried several transitions, delivered one after another.
+    answered: list[float] = field(default_factory=list)
 
-    def add(self, total_s: float, wait_s: float) -> None:
+    def add(self, total_s: float, wait_s: float, answered: float = float("nan")) -> None:
         self.total.append(total_s * 1000)
         self.wait.append(wait_s * 1000)
+        self.answered.append(answered)
 
     @property
     def ours(self) -> list[float]:
         return [t - w for t, w in zip(self.total, self.wait, strict=True)]
+
+
+def worst(series: Series, top: int = 5) -> list[str]:
+    """The slowest transitions (our part) and what shared their poll answer with them."""
+    ours = series.ours
+    lines = [f"{series.name}: the {top} slowest transitions, our part (poll wait):"]
+    for index in sorted(range(len(ours)), key=lambda i: -ours[i])[:top]:
+        moment = series.answered[index] if index < len(series.answered) else float("nan")
+        shared = sum(abs(other - moment) < 1e-6 for other in series.answered)
+        context = f"one of {shared} transitions in that answer" if shared > 1 else "alone"
+        waited = series.wait[index]
+        lines.append(f"  #{index:<4d} {ours[index]:7.2f} ms  (waited {waited:7.1f} ms; {context})")
+    return lines
