@@ -127,7 +127,7 @@ class Doctor:
         self.note(
             "metadata",
             "ok",
-            f"{client.base_url}{path}: HTTP {response.status_code}{header}, no redirect, no proxy",
+            f"{client.base_url}{path}: HTTP {response.status}{header}, no redirect, no proxy",
         )
 
     async def _identity_and_notices(self, watcher: Watcher) -> None:

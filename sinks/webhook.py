@@ -14,8 +14,8 @@ dispatcher retries, and a retry re-signs the same bytes with the same `webhook-i
 fresh `webhook-timestamp` (receivers reject stale timestamps, so re-sending an old signature
 would be refused after five minutes of outage).
 
-One HTTP/1.1 client per sink (`sinks._webhook_http`, h11 over asyncio streams, chosen for
-its per-request cost: it is what bounds a backlog drain): keep-alive and connection reuse, TLS
+One HTTP/1.1 client per sink (`bridge.http1`, h11 over asyncio streams, chosen for its
+per-request cost: it is what bounds a backlog drain): keep-alive and connection reuse, TLS
 verification always on (custom CA bundle optional), and nothing read from the process
 environment (HTTP_PROXY, SSL_CERT_FILE, .netrc), so nothing outside this sink's own keys can
 redirect or weaken it; a proxy is used only when this sink's `proxy` key says so.
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import email.utils
-import functools
 import logging
 import re
 import ssl
@@ -37,16 +36,15 @@ from collections.abc import Sequence
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
-import certifi
 from cloudevents.core.bindings.http import to_binary
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 from pydantic import AnyHttpUrl, Field, FilePath, SecretStr, field_validator, model_validator
 
 from bridge.events import serialize
+from bridge.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.secrets import Secret
 from sinks import _webhook_signing as signing
-from sinks._webhook_http import Http1Client, RequestTimeoutError, Response, TransportError
 from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
 
 log = logging.getLogger("sinks.webhook")
@@ -54,6 +52,8 @@ log = logging.getLogger("sinks.webhook")
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=utf-8"
 BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json; charset=utf-8"
 USER_AGENT: Final = "maintenance-bridge"
+#: Bytes of a receiver's answer kept (only its status and headers matter to the sink).
+RESPONSE_BODY_KEPT: Final = 64 * 1024
 #: Events per request in `batch` mode.
 BATCH_SIZE: Final = 100
 #: How long a disabled sink (410 Gone) asks the dispatcher to wait between (refused) tries.
@@ -163,12 +163,6 @@ def redact_url(url: str) -> str:
     return f"{parsed.scheme}://{host}{port}{parsed.path}"
 
 
-@functools.cache
-def _public_cas() -> ssl.SSLContext:
-    """certifi's public CAs, loaded once per process (a context costs ~1 ms and ~1 MiB)."""
-    return ssl.create_default_context(cafile=certifi.where())
-
-
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
     """Parse a Retry-After header (delta-seconds or an HTTP date) into seconds from now."""
     if not value:
@@ -237,16 +231,16 @@ class WebhookSink(Sink):
         self._allowed_rate: int | None = None
         self._recent: collections.deque[float] = collections.deque()
         self._disabled: str | None = None
+        cas = None  # certifi's public CAs
         if config.ca_bundle is not None:
             cas = ssl.create_default_context(cafile=str(config.ca_bundle))
-        else:
-            cas = _public_cas()
         self._client = Http1Client(
             self._url,
             timeout=config.timeout,
+            user_agent=USER_AGENT,
             ssl_context=cas,
             proxy=str(config.proxy) if config.proxy is not None else None,
-            user_agent=USER_AGENT,
+            max_body=RESPONSE_BODY_KEPT,
         )
 
     @property
@@ -297,7 +291,7 @@ class WebhookSink(Sink):
             return None
         headers = {**self._auth_headers(), "webhook-request-origin": self._origin}
         try:
-            response = await self._client.request("OPTIONS", headers)
+            response = await self._client.request("OPTIONS", headers=headers)
         except RequestTimeoutError as exc:
             return Retry(f"handshake with {self.display_url}: timeout: {exc}")
         except TransportError as exc:
@@ -370,7 +364,7 @@ class WebhookSink(Sink):
             headers["origin"] = self._origin
         result: Result
         try:
-            response = await self._client.request("POST", headers, body)
+            response = await self._client.request("POST", headers=headers, body=body)
         except RequestTimeoutError as exc:
             result = Retry(f"timeout posting to {self.display_url}: {exc}")
         except TransportError as exc:
@@ -395,7 +389,7 @@ class WebhookSink(Sink):
                 return Health(False, refused.reason)
             return Health(True, f"{self.display_url} granted delivery to {self._origin}")
         try:
-            response = await self._client.request("OPTIONS", self._auth_headers())
+            response = await self._client.request("OPTIONS", headers=self._auth_headers())
         except TransportError as exc:
             return Health(False, f"cannot reach {self.display_url}: {exc}")
         ok = response.status not in _HEALTH_FAILURES

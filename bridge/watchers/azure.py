@@ -23,10 +23,9 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
-import httpx
-
 from bridge.approval import ApprovalRejected
 from bridge.config import AzureSource
+from bridge.http1 import Response
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status
 from bridge.watchers.base import ClientWatcher, Clock, Update, fingerprint, utcnow
 from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
@@ -80,7 +79,7 @@ def parse_document(body: bytes) -> tuple[int, list[dict[str, Any]]]:
     return incarnation, events
 
 
-def _parse_instance(response: httpx.Response) -> dict[str, Any]:
+def _parse_instance(response: Response) -> dict[str, Any]:
     compute = response.json()["compute"]
     if not isinstance(compute, dict) or not compute.get("name"):
         raise ValueError("compute.name missing from /metadata/instance")
@@ -152,10 +151,10 @@ class AzureWatcher(ClientWatcher):
             "scheduledevents",
             params={"api-version": self._config.api_version},
             timeout=timeout,
-            validate=lambda r: parse_document(r.content),
+            validate=lambda r: parse_document(r.body),
         )
         self._first_call = False
-        return parse_document(response.content)
+        return parse_document(response.body)
 
     def _mine(self, events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         assert self.instance is not None
@@ -272,5 +271,5 @@ class AzureWatcher(ClientWatcher):
             content=body,
             accept=(200, *FINAL_APPROVAL_ERRORS),
         )
-        if response.status_code != 200:
-            raise ApprovalRejected(f"HTTP {response.status_code}: {response.text[:200]!r}")
+        if response.status != 200:
+            raise ApprovalRejected(f"HTTP {response.status}: {response.text[:200]!r}")

@@ -11,43 +11,50 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-import httpx
-
 from bridge.config import Source
+from bridge.http1 import Http1Client, Response, TransportError
 from bridge.watchers.azure import INSTANCE_API_VERSION
+from bridge.watchers.http import USER_AGENT
 
 
 class DetectionError(Exception):
     pass
 
 
+async def _get(
+    url: str, path: str, headers: dict[str, str], timeout: float, **params: str
+) -> Response:
+    """One GET, no redirect, no proxy: `TransportError` when it gets no answer."""
+    client = Http1Client(url, timeout=timeout, user_agent=USER_AGENT, headers=headers)
+    try:
+        return await client.request("GET", path, params=params)
+    finally:
+        await client.aclose()
+
+
 async def _probe_gce(url: str, timeout: float) -> str | None:
-    async with httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False) as c:
-        try:
-            response = await c.get(url, headers={"Metadata-Flavor": "Google"})
-        except httpx.HTTPError as exc:
-            return f"GCE metadata server at {url}: {type(exc).__name__} {exc}".strip()
+    try:
+        response = await _get(url, "", {"Metadata-Flavor": "Google"}, timeout)
+    except TransportError as exc:
+        return f"GCE metadata server at {url}: {type(exc).__name__} {exc}".strip()
     if response.headers.get("metadata-flavor") != "Google":
         return f"GCE metadata server at {url}: no 'Metadata-Flavor: Google' in the answer"
     return None
 
 
 async def _probe_azure(url: str, timeout: float) -> str | None:
-    async with httpx.AsyncClient(timeout=timeout, trust_env=False, follow_redirects=False) as c:
-        try:
-            response = await c.get(
-                url + "instance",
-                params={"api-version": INSTANCE_API_VERSION},
-                headers={"Metadata": "true"},
-            )
-        except httpx.HTTPError as exc:
-            return f"Azure IMDS at {url}: {type(exc).__name__} {exc}".strip()
     try:
-        if response.status_code == 200 and "compute" in response.json():
+        response = await _get(
+            url, "instance", {"Metadata": "true"}, timeout, **{"api-version": INSTANCE_API_VERSION}
+        )
+    except TransportError as exc:
+        return f"Azure IMDS at {url}: {type(exc).__name__} {exc}".strip()
+    try:
+        if response.status == 200 and "compute" in response.json():
             return None
-    except ValueError:
+    except (ValueError, TypeError):
         pass
-    return f"Azure IMDS at {url}: HTTP {response.status_code}, not an instance document"
+    return f"Azure IMDS at {url}: HTTP {response.status}, not an instance document"
 
 
 async def detect(source: Source) -> Literal["gce", "azure"]:

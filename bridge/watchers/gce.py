@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-import httpx
-
 from bridge.config import GceSource
+from bridge.http1 import Response
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status, Window
 from bridge.watchers.base import ClientWatcher, Clock, Update, episode_id, fingerprint, utcnow
 from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
@@ -134,14 +133,14 @@ def normalize_upcoming(payload: dict[str, Any]) -> Upcoming:
     )
 
 
-def _validator(key: str) -> Callable[[httpx.Response], None]:
+def _validator(key: str) -> Callable[[Response], None]:
     """Raises ValueError for an answer to `key` that is not of its documented shape."""
 
-    def validate(response: httpx.Response) -> None:
+    def validate(response: Response) -> None:
         if key == UPCOMING:
-            parse_upcoming(response.status_code, response.text)
+            parse_upcoming(response.status, response.text)
             return
-        if response.status_code != 200:
+        if response.status != 200:
             return
         pattern = _VALID.get(key)
         text = response.text.strip()
@@ -188,7 +187,7 @@ class GceWatcher(ClientWatcher):
             accept=(200, 404),
             validate=_validator("instance/scheduling/on-host-maintenance"),
         )
-        self._on_host_maintenance = policy.text.strip() if policy.status_code == 200 else None
+        self._on_host_maintenance = policy.text.strip() if policy.status == 200 else None
         zone = zone_path.rsplit("/", 1)[-1]
         region = zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else None
         resource = f"projects/{project}/zones/{zone}/instances/{name}"
@@ -358,8 +357,8 @@ class GceWatcher(ClientWatcher):
         response = await self._client.get(
             key, params=params, timeout=timeout, accept=accept, validate=_validator(key)
         )
-        new_etag = response.headers.get("etag") if response.status_code == 200 else None
-        return response.status_code, response.text, new_etag
+        new_etag = response.headers.get("etag") if response.status == 200 else None
+        return response.status, response.text, new_etag
 
     def _apply(self, key: str, status: int, body: str, etag: str | None) -> list[Notice]:
         previous = self._checkpoint.get(key, {})

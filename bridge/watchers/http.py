@@ -1,11 +1,12 @@
 """The one HTTP client for metadata services, with the vendors' safety rules built in.
 
 Every request carries the vendor's header, never follows a redirect and never goes through a
-proxy (`trust_env=False`: HTTP_PROXY must not see metadata traffic, and a redirect or a proxy
-is exactly how a metadata request is hijacked). A response without the vendor's response
-header is refused: the thing answering is not the metadata service. Transient failures are
-retried forever with capped exponential backoff and jitter (tenacity), because the metadata
-service is the only source of the notices: giving up would mean missing one.
+proxy (`bridge.http1` reads nothing from the environment: HTTP_PROXY must not see metadata
+traffic, and a redirect or a proxy is exactly how a metadata request is hijacked). A
+response without the vendor's response header is refused: the thing answering is not the
+metadata service. Transient failures are retried forever with capped exponential backoff and
+jitter (tenacity), because the metadata service is the only source of the notices: giving up
+would mean missing one.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_never
 
 from bridge.backoff import Backoff
+from bridge.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.prometheus import Histogram
 
 log = logging.getLogger("bridge.metadata")
+
+#: The largest answer read from a metadata service; a longer one is refused, not cut short.
+MAX_ANSWER = 1024 * 1024
+USER_AGENT = "maintenance-bridge"
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -85,7 +90,6 @@ class MetadataClient:
         retry_initial: float = 0.5,
         retry_max: float = 30.0,
         sleep: Sleep = _real_sleep,
-        transport: httpx.AsyncBaseTransport | None = None,
         stats: RequestStats | None = None,
     ) -> None:
         self.base_url = base_url
@@ -95,13 +99,12 @@ class MetadataClient:
         self._sleep = sleep
         #: Shared across the clients of one watcher's rebuilds, so counters never go back.
         self.stats = stats or RequestStats()
-        self._client = httpx.AsyncClient(
-            base_url=base_url,
-            headers=dict(request_headers),
-            timeout=httpx.Timeout(timeout),
-            follow_redirects=False,
-            trust_env=False,
-            transport=transport,
+        self._client = Http1Client(
+            base_url,
+            timeout=timeout,
+            user_agent=USER_AGENT,
+            headers=request_headers,
+            max_body=MAX_ANSWER,
         )
 
     async def aclose(self) -> None:
@@ -116,46 +119,49 @@ class MetadataClient:
         content: bytes | None = None,
         timeout: float | None = None,
         accept: Collection[int] = (200,),
-    ) -> httpx.Response:
+    ) -> Response:
         """One attempt; raises `MetadataError` unless the status is in `accept`."""
         self.stats.requests += 1
-        extra: dict[str, Any] = {}
-        if timeout is not None:
-            extra["timeout"] = httpx.Timeout(timeout)
         started = time.monotonic()
         try:
             response = await self._client.request(
-                method, path, params=params, content=content, **extra
+                method, path, params=params, body=content or b"", timeout=timeout
             )
-        except httpx.TimeoutException as exc:
+        except RequestTimeoutError as exc:
             self.stats.durations.observe(time.monotonic() - started)
             self.stats.failed("timeout")
-            raise MetadataError(f"{method} {path}: timed out ({type(exc).__name__})") from exc
-        except httpx.TransportError as exc:
+            raise MetadataError(f"{method} {path}: timed out ({exc})") from exc
+        except TransportError as exc:
             self.stats.durations.observe(time.monotonic() - started)
             self.stats.failed("connection")
-            raise MetadataError(f"{method} {path}: {exc or type(exc).__name__}") from exc
+            raise MetadataError(f"{method} {path}: {exc}") from exc
         self.stats.durations.observe(time.monotonic() - started)
-        if 300 <= response.status_code < 400:
+        if response.truncated:
+            self.stats.failed("malformed")
+            raise MetadataError(
+                f"{method} {path}: refused an answer longer than {MAX_ANSWER} bytes",
+                response.status,
+            )
+        if 300 <= response.status < 400:
             self.stats.failed("redirect")
             raise MetadataError(
                 f"{method} {path}: refused redirect to {response.headers.get('location', '?')}",
-                response.status_code,
+                response.status,
             )
         if self._required is not None:
             name, value = self._required
-            if response.headers.get(name) != value:
+            if response.headers.get(name.lower()) != value:
                 self.stats.failed("missing-vendor-header")
                 raise MetadataError(
                     f"{method} {path}: refused a response without '{name}: {value}' "
-                    f"(HTTP {response.status_code}); is something else answering?",
-                    response.status_code,
+                    f"(HTTP {response.status}); is something else answering?",
+                    response.status,
                 )
-        if response.status_code not in accept:
-            self.stats.failed(str(response.status_code))
+        if response.status not in accept:
+            self.stats.failed(str(response.status))
             raise MetadataError(
-                f"{method} {path}: HTTP {response.status_code}: {response.text[:200]!r}",
-                response.status_code,
+                f"{method} {path}: HTTP {response.status}: {response.text[:200]!r}",
+                response.status,
                 _retry_after(response),
             )
         self.stats.succeeded()
@@ -170,8 +176,8 @@ class MetadataClient:
         content: bytes | None = None,
         timeout: float | None = None,
         accept: Collection[int] = (200,),
-        validate: Callable[[httpx.Response], object] | None = None,
-    ) -> httpx.Response:
+        validate: Callable[[Response], object] | None = None,
+    ) -> Response:
         """Like `request_once`, retried until it succeeds (and `validate` does not raise)."""
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(MetadataError),
@@ -192,16 +198,16 @@ class MetadataClient:
                     except (ValueError, KeyError, TypeError) as exc:
                         self.stats.failed("malformed")
                         raise MetadataError(
-                            f"{method} {path}: malformed answer: {exc}", response.status_code
+                            f"{method} {path}: malformed answer: {exc}", response.status
                         ) from exc
                 return response
         raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
-    async def get(self, path: str, **kwargs: Any) -> httpx.Response:
+    async def get(self, path: str, **kwargs: Any) -> Response:
         return await self.request("GET", path, **kwargs)
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: Response) -> float | None:
     value = response.headers.get("retry-after", "").strip()
     return float(value) if value.isdigit() else None
 

@@ -1,4 +1,4 @@
-"""The webhook sink's own HTTP/1.1 client (`sinks._webhook_http`) against real local servers.
+"""The bridge's HTTP/1.1 client (`bridge.http1`) under the webhook sink, against real servers.
 
 The sink-level behaviour (status codes, signing, TLS, the plain proxy) is pinned in
 test_webhook.py; these tests pin what the connection layer adds: tunnels through a proxy,
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from sinks import _webhook_http
+from bridge import http1
 from sinks.base import Ok, Retry
 from tests.factories import sample_events
 from tests.sinks.test_webhook import make_sink, self_signed
@@ -146,7 +146,7 @@ async def test_a_connection_the_server_closed_is_replaced_and_nothing_is_sent_tw
 async def test_an_idle_connection_is_replaced_after_the_keepalive_expiry(
     receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_webhook_http, "KEEPALIVE_EXPIRY", 0.1)
+    monkeypatch.setattr(http1, "KEEPALIVE_EXPIRY", 0.1)
     sink = make_sink(receiver.url)
     events = sample_events(3)
     assert await sink.publish(events[:1]) == Ok()

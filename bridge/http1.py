@@ -1,26 +1,31 @@
-"""The webhook sink's HTTP/1.1 client: h11 for the protocol, asyncio streams for the socket.
+"""The one HTTP/1.1 client of the bridge: h11 for the protocol, asyncio streams for the socket.
 
-Why not a general-purpose client: a sink drains its backlog one request at a time to one
-origin, so the per-request cost of the client is the drain rate. Measured on loopback
-against the same receiver, httpx (httpcore + anyio) spends about 0.6 ms of CPU per POST and
-caps a drain near 1,200 events/s, while h11 driven directly over asyncio streams spends about
-0.14 ms; aiohttp's client is as fast but adds 12 MiB of resident memory to every VM. The
-protocol itself (framing, chunked and close-delimited bodies, keep-alive rules, header
-validation) is h11's, a sans-IO implementation of RFC 9112; this module only owns the
-connection, TLS, the proxy and the timeout.
+Both of the bridge's HTTP conversations are with one origin each, at a steady pace: the
+metadata watchers poll (Azure once a second, for the life of the VM) and the webhook sink
+drains its backlog one request at a time. So the client's per-request cost is the idle CPU
+of every VM and the drain rate of every backlog, and its import is part of every start-up.
+Measured on loopback: httpx (httpcore + anyio) spends about 0.6 ms of CPU per request,
+capped a webhook drain near 1,200 events/s and cost 47 ms and 5 MiB to import; h11 driven
+directly over asyncio streams spends about 0.14 ms and 7 ms; aiohttp's client is as fast but
+adds 12 MiB of resident memory. The protocol itself (framing, chunked and close-delimited
+bodies, keep-alive rules, header validation) is h11's, a sans-IO implementation of RFC 9112;
+this module only owns the connections, TLS, the proxy and the timeouts.
 
 What it does, and deliberately does not do:
-- One origin per client (the sink's url), one connection, requests serialized by a lock.
+- One origin per client (a base url); requests concurrent on a small pool of connections
+  (the GCE watcher keeps two long polls hanging while it asks for other keys).
 - Keep-alive, with a connection idle for more than `KEEPALIVE_EXPIRY` seconds dropped before
   the next request: notices are hours apart and middleboxes silently forget idle flows, so a
   stale connection would otherwise cost a full timeout at the worst moment. A reused
   connection the server closed before answering is retried once on a fresh one.
 - TLS always verified: certifi's public CAs, or the sink's `ca_bundle`.
 - Redirects are never followed (the caller sees the 3xx); the process environment (proxy
-  variables, `SSL_CERT_FILE`, `.netrc`) is never read.
+  variables, `SSL_CERT_FILE`, `.netrc`) is never read, so metadata traffic can never be sent
+  to a proxy.
 - A proxy only when configured: absolute-form requests for http:// targets, a CONNECT tunnel
   for https:// ones; credentials in either url become Basic authorization.
 - One timeout bounds the whole exchange: connect, TLS, tunnel, send and the full response.
+- Bodies beyond `max_body` bytes are read and dropped, and the response says `truncated`.
 """
 
 from __future__ import annotations
@@ -28,19 +33,22 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
+import json
 import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
-from urllib.parse import SplitResult, unquote, urlsplit
+from typing import Any, Final
+from urllib.parse import SplitResult, unquote, urlencode, urlsplit
 
+import certifi
 import h11
 
 #: Seconds a connection may sit idle and still be reused (httpx's default, for the same reason).
 KEEPALIVE_EXPIRY: Final = 5.0
-#: Bytes of a response body kept; the rest is read and dropped (the sink only needs the status).
-MAX_BODY: Final = 64 * 1024
+#: Bytes of a response body kept by default; the rest is read and dropped.
+MAX_BODY: Final = 1024 * 1024
 _READ_SIZE: Final = 64 * 1024
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
@@ -59,6 +67,22 @@ class Response:
     #: Lower-cased names; repeated headers joined with ", " (RFC 9110 list syntax).
     headers: Mapping[str, str]
     body: bytes = field(repr=False)
+    #: The body was longer than the client's `max_body`; `body` holds its beginning.
+    truncated: bool = False
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON; `ValueError` (json.JSONDecodeError) when it is not."""
+        return json.loads(self.body)
+
+
+@functools.cache
+def public_cas() -> ssl.SSLContext:
+    """certifi's public CAs, loaded once per process (a context costs ~1 ms and ~1 MiB)."""
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,75 +134,129 @@ class _StaleConnectionError(TransportError):
 
 
 class Http1Client:
-    """Requests to the one url a webhook sink posts to; see the module docstring."""
+    """Requests to one origin, relative to a base url; see the module docstring."""
 
     def __init__(
         self,
-        url: str,
+        base_url: str,
         *,
         timeout: float,
-        ssl_context: ssl.SSLContext,
-        proxy: str | None = None,
         user_agent: str,
+        headers: Mapping[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        proxy: str | None = None,
+        max_body: int = MAX_BODY,
     ) -> None:
-        parts = urlsplit(url)
+        parts = urlsplit(base_url)
         self._origin = Origin.parse(parts)
-        self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._path = parts.path or "/"
+        self._query = parts.query
         self._proxy = Origin.parse(urlsplit(proxy)) if proxy else None
-        if self._proxy is not None and self._origin.scheme == "http":
-            # Absolute form, without the credentials the url may carry.
-            self._target = f"http://{self._origin.authority}{self._target}"
         self._timeout = timeout
         self._ssl = ssl_context
         self._user_agent = user_agent
-        self._connection: _Connection | None = None
-        self._lock = asyncio.Lock()
+        self._headers = dict(headers or {})
+        self._max_body = max_body
+        self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()
 
-    async def request(self, method: str, headers: Mapping[str, str], body: bytes = b"") -> Response:
+    def target(self, path: str = "", params: Mapping[str, str] | None = None) -> str:
+        """The request target of `path` (relative to the base url) with `params` added."""
+        target = self._path + path.lstrip("/") if path else self._path
+        query = "&".join(q for q in (self._query, urlencode(params or {})) if q)
+        target += f"?{query}" if query else ""
+        if self._proxy is not None and self._origin.scheme == "http":
+            # Absolute form, without the credentials the url may carry.
+            target = f"http://{self._origin.authority}{target}"
+        return target
+
+    async def request(
+        self,
+        method: str,
+        path: str = "",
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes = b"",
+        timeout: float | None = None,
+    ) -> Response:
         """Send one request and read the whole response, within the timeout."""
-        async with self._lock:
-            try:
-                async with asyncio.timeout(self._timeout):
-                    try:
-                        return await self._exchange(method, headers, body)
-                    except _StaleConnectionError:
-                        return await self._exchange(method, headers, body)
-            except TimeoutError:
-                self._drop()
-                raise RequestTimeoutError(
-                    f"no complete response within {self._timeout:g} s"
-                ) from None
-            except TransportError:
-                self._drop()
-                raise
-            except (OSError, EOFError, h11.ProtocolError) as exc:
-                self._drop()
-                raise TransportError(_describe(exc)) from exc
-            except BaseException:
-                # Cancelled mid-exchange: the connection is in an unknown state.
-                self._drop()
-                raise
+        target = self.target(path, params)
+        fields = {**self._headers, **(headers or {})}
+        limit = self._timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(limit):
+                try:
+                    return await self._exchange(method, target, fields, body)
+                except _StaleConnectionError:
+                    return await self._exchange(method, target, fields, body)
+        except TimeoutError:
+            raise RequestTimeoutError(f"no complete response within {limit:g} s") from None
+        except TransportError:
+            raise
+        except (OSError, EOFError, h11.ProtocolError) as exc:
+            raise TransportError(_describe(exc)) from exc
 
     async def aclose(self) -> None:
-        async with self._lock:
-            connection, self._connection = self._connection, None
-            if connection is not None:
-                connection.close()
-                with contextlib.suppress(OSError, ssl.SSLError):
-                    await connection.writer.wait_closed()
+        connections = [*self._idle, *self._busy]
+        self._idle.clear()
+        self._busy.clear()
+        for connection in connections:
+            connection.close()
+        for connection in connections:
+            with contextlib.suppress(OSError, ssl.SSLError):
+                await connection.writer.wait_closed()
 
     # -- one exchange ---------------------------------------------------------------------------
 
-    async def _exchange(self, method: str, headers: Mapping[str, str], body: bytes) -> Response:
-        connection = self._connection
-        reused = connection is not None and connection.reusable()
-        if connection is None or not reused:
-            self._drop()
-            connection = self._connection = await self._connect()
-        assert connection is not None
+    async def _checkout(self) -> tuple[_Connection, bool]:
+        """An idle connection still worth reusing, else a new one; and whether it is reused."""
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.reusable():
+                self._busy.add(connection)
+                return connection, True
+            connection.close()
+        connection = await self._connect()
+        self._busy.add(connection)
+        return connection, False
+
+    async def _exchange(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes
+    ) -> Response:
+        connection, reused = await self._checkout()
+        done = False
+        try:
+            response = await self._send(connection, reused, method, target, headers, body)
+            conn = connection.h11
+            if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+                conn.start_next_cycle()
+                connection.idle_since = time.monotonic()
+                done = True
+            return response
+        finally:
+            # Anything but a clean end (an error, a cancellation, `Connection: close`) leaves
+            # the connection in a state nobody can reuse.
+            self._busy.discard(connection)
+            if done:
+                self._idle.append(connection)
+            else:
+                connection.close()
+
+    async def _send(
+        self,
+        connection: _Connection,
+        reused: bool,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> Response:
         conn = connection.h11
-        fields = [("host", self._origin.authority), ("user-agent", self._user_agent)]
         names = {name.lower() for name in headers}
+        fields = [("host", self._origin.authority)]
+        if "user-agent" not in names:
+            fields.append(("user-agent", self._user_agent))
         if self._origin.authorization is not None and "authorization" not in names:
             fields.append(("authorization", self._origin.authorization))
         if (
@@ -188,32 +266,27 @@ class Http1Client:
         ):
             fields.append(("proxy-authorization", self._proxy.authorization))
         fields += headers.items()
-        fields.append(("content-length", str(len(body))))
-        data = conn.send(h11.Request(method=method, target=self._target, headers=fields))
+        if body or method not in ("GET", "HEAD"):
+            fields.append(("content-length", str(len(body))))
+        data = conn.send(h11.Request(method=method, target=target, headers=fields)) or b""
         if body:
-            data = (data or b"") + (conn.send(h11.Data(data=body)) or b"")
-        data = (data or b"") + (conn.send(h11.EndOfMessage()) or b"")
+            data += conn.send(h11.Data(data=body)) or b""
+        data += conn.send(h11.EndOfMessage()) or b""
         try:
             connection.writer.write(data)
             await connection.writer.drain()
-            response = await self._read_response(connection)
+            return await self._read_response(connection)
         except (ConnectionError, EOFError, h11.RemoteProtocolError) as exc:
             if reused and conn.their_state is h11.SEND_RESPONSE:
-                self._drop()
                 raise _StaleConnectionError(_describe(exc)) from exc
             raise
-        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-            conn.start_next_cycle()
-            connection.idle_since = time.monotonic()
-        else:
-            self._drop()
-        return response
 
     async def _read_response(self, connection: _Connection) -> Response:
         conn = connection.h11
         head: h11.Response | None = None
         chunks: list[bytes] = []
         kept = 0
+        truncated = False
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
@@ -224,8 +297,10 @@ class Http1Client:
             elif isinstance(event, h11.Response):
                 head = event
             elif isinstance(event, h11.Data):
-                if kept < MAX_BODY:
-                    chunks.append(bytes(event.data[: MAX_BODY - kept]))
+                room = self._max_body - kept
+                truncated = truncated or len(event.data) > room
+                if room > 0:
+                    chunks.append(bytes(event.data[:room]))
                     kept += len(chunks[-1])
             elif isinstance(event, h11.EndOfMessage):
                 break
@@ -237,9 +312,12 @@ class Http1Client:
         for raw_name, raw_value in head.headers:
             name, value = raw_name.decode("ascii"), raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        return Response(head.status_code, headers, b"".join(chunks))
+        return Response(head.status_code, headers, b"".join(chunks), truncated)
 
     # -- connecting -----------------------------------------------------------------------------
+
+    def _tls(self) -> ssl.SSLContext:
+        return self._ssl or public_cas()
 
     async def _connect(self) -> _Connection:
         hop = self._proxy or self._origin
@@ -247,7 +325,7 @@ class Http1Client:
             reader, writer = await asyncio.open_connection(
                 hop.host,
                 hop.port,
-                ssl=self._ssl if hop.scheme == "https" else None,
+                ssl=self._tls() if hop.scheme == "https" else None,
                 server_hostname=hop.host if hop.scheme == "https" else None,
             )
         except ssl.SSLError as exc:
@@ -260,7 +338,7 @@ class Http1Client:
         if self._proxy is not None and self._origin.scheme == "https":
             try:
                 await self._tunnel(connection)
-                await writer.start_tls(self._ssl, server_hostname=self._origin.host)
+                await writer.start_tls(self._tls(), server_hostname=self._origin.host)
             except BaseException:
                 connection.close()
                 raise
@@ -296,11 +374,6 @@ class Http1Client:
                         f"HTTP {event.status_code}"
                     )
                 return
-
-    def _drop(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
 
 
 def _describe(exc: BaseException) -> str:
