@@ -3,6 +3,9 @@ secrets resolved at load time and never shown; URLs checked; environment overrid
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +14,9 @@ import pytest
 from bridge.config import AzureSource, ConfigError, apply_env_overrides, parse_config
 from bridge.secrets import Secret
 from bridge.validation import validate
-from sinks import eventhubs, webhook
+from sinks import eventhubs, registry, webhook
+from sinks.base import Ok
+from tests.factories import sample_events
 
 
 def problems(raw: dict[str, Any]) -> list[str]:
@@ -178,3 +183,31 @@ def test_validate_is_the_one_way_to_build_a_model_from_data() -> None:
     ]
     with pytest.raises(ConfigError, match=r"\(top level\): set connection_string"):
         validate(eventhubs.Config, {"type": "eventhubs"})
+
+
+def test_the_documented_sink_plugin_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's "Your own sink" example, loaded as the registry would load a plugin (by its
+    module name: installing a package with an entry point is the one step not taken here)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Your own sink", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    module = types.ModuleType("readme_audit_sink")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(code, "README.md", "exec"), module.__dict__)  # noqa: S102 - our own README
+    monkeypatch.setitem(registry.BUILTIN, "audit", module.__name__)
+
+    entry = {"type": "audit", "url": "https://audit.example.com/", "token": "t0ken"}
+    (config,) = parse_config({"sinks": [entry]}).sinks
+    assert isinstance(config, module.Config)
+    assert "t0ken" not in repr(config)
+    assert problems({"sinks": [{**entry, "labels": ["a", ""]}]}) == [
+        "sinks[0].labels: must not contain an empty label"
+    ]
+    assert problems({"sinks": [{**entry, "url": "ftp://x", "timeout": 0, "tls": True}]}) == [
+        "sinks[0].url: must be an http:// or https:// URL",
+        "sinks[0].timeout: must be > 0",
+        "sinks[0].tls: unknown key",
+    ]
+    sink = registry.create(config, "audit")
+    assert asyncio.run(sink.publish(sample_events(2))) == Ok()
+    assert len(sink.sent) == 2  # type: ignore[attr-defined]
