@@ -82,7 +82,7 @@ class HttpUrl(str):
 def dec_hook(type_: type, value: object) -> object:
     """Builds the values of types msgspec does not know (see the module docstring)."""
     if type_ is Path:
-        if not isinstance(value, str):
+        if not isinstance(value, str | Path):
             raise ValueError("must be a string (a path)")
         return Path(value)
     from_config = getattr(type_, "from_config", None)
