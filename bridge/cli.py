@@ -154,9 +154,7 @@ def _load(path: Path | None) -> tuple[Config, Path | None]:
     """The configuration (stdout when no sink is configured) and the file it came from."""
     config, source = load_config(path)
     if not config.sinks:
-        config = config.model_copy(
-            update={"sinks": parse_config({"sinks": [{"type": "stdout"}]}).sinks}
-        )
+        config = config.with_sinks(parse_config({"sinks": [{"type": "stdout"}]}).sinks)
     return config, source
 
 

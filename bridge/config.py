@@ -14,17 +14,12 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Self
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+import msgspec
 
+from bridge.validation import ConfigError as ConfigError
+from bridge.validation import FieldError, HttpUrl, render_path, validate_into
 from sinks import registry
 from sinks.base import SinkConfig
 
@@ -33,44 +28,35 @@ ENV_PREFIX: Final = "MAINTENANCE_BRIDGE__"
 GCE_DEFAULT_URL: Final = "http://metadata.google.internal/computeMetadata/v1/"
 AZURE_DEFAULT_URL: Final = "http://169.254.169.254/metadata/"
 
-
-class ConfigError(Exception):
-    """A configuration that cannot be used; `problems` lists `path: message` lines."""
-
-    def __init__(self, problems: list[str], source: str = "configuration") -> None:
-        self.problems = problems
-        self.source = source
-        super().__init__(f"{source}: " + "; ".join(problems))
-
-    def render(self) -> str:
-        lines = [f"invalid {self.source}:"]
-        lines += [f"  {problem}" for problem in self.problems]
-        return "\n".join(lines)
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """A table of the file: unknown keys are errors and the values never change.
+
+    Subclasses repeat `frozen=True, kw_only=True`: msgspec inherits them, type checkers don't.
+    """
 
 
-def _base_url(value: str) -> str:
-    if not value.startswith(("http://", "https://")):
-        raise ValueError("must be an http:// URL")
-    return value if value.endswith("/") else value + "/"
+class BaseUrl(HttpUrl):
+    """A metadata service's base URL; relative paths are joined to it, so it ends in `/`."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_config(cls, value: object) -> Self:
+        url = super().from_config(value)
+        return url if url.endswith("/") else cls(url + "/")
 
 
-class GceSource(_Section):
-    metadata_url: str | None = Field(
-        default=None,
-        description="Base URL; default from GCE_METADATA_HOST, else metadata.google.internal",
-    )
-    long_poll_timeout: int = Field(default=60, ge=1, le=3600)
+class GceSource(_Section, frozen=True, kw_only=True):
+    #: Base URL; default from GCE_METADATA_HOST, else metadata.google.internal.
+    metadata_url: BaseUrl | None = None
+    long_poll_timeout: Annotated[int, msgspec.Meta(ge=1, le=3600)] = 60
     watch_preempted: bool = True
     watch_upcoming: bool = True
-    upcoming_poll_interval: float = Field(default=30.0, gt=0)
-
-    _check_url = field_validator("metadata_url")(
-        lambda value: None if value is None else _base_url(value)
-    )
+    upcoming_poll_interval: Positive = 30.0
 
     def resolved_url(self, environ: Mapping[str, str] = os.environ) -> str:
         """Explicit config first, then GCE_METADATA_HOST (as Google's libraries do)."""
@@ -82,42 +68,40 @@ class GceSource(_Section):
         return GCE_DEFAULT_URL
 
 
-class AzureSource(_Section):
-    imds_url: str = AZURE_DEFAULT_URL
-    poll_interval: float = Field(default=1.0, ge=0.2, description="IMDS allows 5 requests/s")
+class AzureSource(_Section, frozen=True, kw_only=True):
+    imds_url: BaseUrl = BaseUrl(AZURE_DEFAULT_URL)
+    #: IMDS allows 5 requests/s.
+    poll_interval: Annotated[float, msgspec.Meta(ge=0.2)] = 1.0
     api_version: str = "2020-07-01"
-    request_timeout: float = Field(default=10.0, gt=0)
-    first_call_timeout: float = Field(default=150.0, gt=0)
-
-    _check_url = field_validator("imds_url")(_base_url)
+    request_timeout: Positive = 10.0
+    first_call_timeout: Positive = 150.0
 
 
-class Source(_Section):
+class Source(_Section, frozen=True, kw_only=True):
     provider: Literal["auto", "gce", "azure"] = "auto"
-    detect_timeout: float = Field(default=2.0, gt=0)
+    detect_timeout: Positive = 2.0
     gce: GceSource = GceSource()
     azure: AzureSource = AzureSource()
 
 
-class State(_Section):
+class State(_Section, frozen=True, kw_only=True):
     dir: Path = Path("/var/lib/maintenance-bridge")
 
 
-class Delivery(_Section):
-    retry_initial: float = Field(default=0.5, gt=0, description="first backoff, seconds")
-    retry_max: float = Field(default=60.0, gt=0, description="backoff cap, seconds")
-    shutdown_timeout: float = Field(default=10.0, ge=0)
-    max_pending: int = Field(
-        default=100_000, ge=1, description="per sink; older overflow goes to the dead letters"
-    )
+class Delivery(_Section, frozen=True, kw_only=True):
+    retry_initial: Positive = 0.5  # first backoff, seconds
+    retry_max: Positive = 60.0  # backoff cap, seconds
+    shutdown_timeout: NonNegative = 10.0
+    #: Per sink; older overflow goes to the dead letters.
+    max_pending: Annotated[int, msgspec.Meta(ge=1)] = 100_000
 
 
-class Listener(_Section):
+class Listener(_Section, frozen=True, kw_only=True):
     """The bridge's one HTTP listener: metrics, health, readiness and the status API."""
 
     enabled: bool = True
-    host: str = Field(default="127.0.0.1", description="loopback unless a probe must reach it")
-    port: int = Field(default=9787, ge=0, le=65535, description="0 picks a free port")
+    host: str = "127.0.0.1"  # loopback unless a probe must reach it
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9787  # 0 picks a free port
 
 
 NoticeKind = Literal[
@@ -126,54 +110,50 @@ NoticeKind = Literal[
 NoticeStatus = Literal["scheduled", "started", "completed", "cancelled"]
 
 
-class Hook(_Section):
+class Hook(_Section, frozen=True, kw_only=True):
     """A local command run for matching notices (see bridge/hooks.py); empty filters match all."""
 
-    name: str = Field(default="", description="default: the command's file name")
-    command: tuple[str, ...] = Field(min_length=1, description="argument list, no shell")
+    name: str = ""  # default: the command's file name
+    #: Argument list, no shell.
+    command: Annotated[tuple[str, ...], msgspec.Meta(min_length=1)]
     statuses: tuple[NoticeStatus, ...] = ()
     kinds: tuple[NoticeKind, ...] = ()
     providers: tuple[Literal["gce", "azure"], ...] = ()
-    timeout: float = Field(default=60.0, gt=0, description="seconds; then the process group dies")
-    deadline_before: float | None = Field(
-        default=None, ge=0, description="finish this many seconds before not_before"
-    )
+    timeout: Positive = 60.0  # seconds; then the process group dies
+    #: Finish this many seconds before not_before.
+    deadline_before: NonNegative | None = None
 
-    @field_validator("command")
-    @classmethod
-    def _non_empty_program(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value[0]:
-            raise ValueError("the program (first element) must not be empty")
-        return value
+    def __post_init__(self) -> None:
+        if not self.command[0]:
+            raise FieldError("command", "the program (first element) must not be empty")
 
     def display_name(self) -> str:
         return self.name or Path(self.command[0]).name
 
 
 ApprovalAction = Literal["approve", "approve-after-hooks", "never"]
+Duration = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class ApprovalRule(_Section):
+class ApprovalRule(_Section, frozen=True, kw_only=True):
     """Matched against a Scheduled Azure event; the first matching rule decides."""
 
     event_types: tuple[Literal["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"], ...] = ()
     sources: tuple[Literal["User", "Platform"], ...] = ()
-    min_duration: int | None = Field(default=None, ge=0, description="DurationInSeconds >= this")
-    max_duration: int | None = Field(default=None, ge=0, description="DurationInSeconds <= this")
+    min_duration: Duration | None = None  # DurationInSeconds >= this
+    max_duration: Duration | None = None  # DurationInSeconds <= this
     action: ApprovalAction
 
-    @model_validator(mode="after")
-    def _range(self) -> ApprovalRule:
+    def __post_init__(self) -> None:
         if (
             self.min_duration is not None
             and self.max_duration is not None
             and self.min_duration > self.max_duration
         ):
             raise ValueError("min_duration is greater than max_duration")
-        return self
 
 
-class Approval(_Section):
+class Approval(_Section, frozen=True, kw_only=True):
     """Azure StartRequests (see bridge/approval.py). No rules and no preset: never approve."""
 
     leader: Literal["sorted-first", "self", "none"] = "sorted-first"
@@ -181,15 +161,14 @@ class Approval(_Section):
     rules: tuple[ApprovalRule, ...] = ()
 
 
-class StatusApi(_Section):
+class StatusApi(_Section, frozen=True, kw_only=True):
     """The local status API (`/v1/notices`, `/v1/eligible`) on the listener."""
 
-    eligible_horizon: float = Field(
-        default=3600.0, ge=0, description="seconds; maintenance sooner than this: not eligible"
-    )
+    #: Seconds; maintenance sooner than this: not eligible.
+    eligible_horizon: NonNegative = 3600.0
 
 
-class Config(_Section):
+class Config(_Section, frozen=True, kw_only=True):
     source: Source = Source()
     state: State = State()
     delivery: Delivery = Delivery()
@@ -212,26 +191,12 @@ class Config(_Section):
                 )
         return problems
 
+    def with_sinks(self, sinks: tuple[SinkConfig, ...]) -> Config:
+        """This configuration with `sinks` (already validated) instead of its own."""
+        return msgspec.structs.replace(self, sinks=sinks)
+
     def sink_names(self) -> list[str]:
         return [sink.display_name(i) for i, sink in enumerate(self.sinks)]
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
-
-
-def _problems(error: ValidationError, prefix: tuple[int | str, ...] = ()) -> list[str]:
-    problems = []
-    for item in error.errors():
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        message = message.removeprefix("Value error, ")
-        problems.append(f"{_path(prefix + tuple(item['loc']))}: {message}")
-    return problems
 
 
 def _env_value(text: str) -> Any:
@@ -278,37 +243,36 @@ def parse_config(raw: Mapping[str, Any], source: str = "configuration") -> Confi
     data = dict(raw)
     sinks_raw = data.pop("sinks", [])
     problems: list[str] = []
-    config = Config()
-    try:
-        config = Config.model_validate(data)
+    config = validate_into(problems, Config, data)
+    if config is not None:
         problems += config.action_problems()
-    except ValidationError as exc:
-        problems += _problems(exc)
     sinks: list[SinkConfig] = []
     if not isinstance(sinks_raw, list):
         problems.append("sinks: must be an array of tables ([[sinks]])")
         sinks_raw = []
     for index, entry in enumerate(sinks_raw):
+        at = ("sinks", index)
         if not isinstance(entry, dict):
-            problems.append(f"sinks[{index}]: must be a table")
+            problems.append(f"{render_path(at)}: must be a table")
             continue
         sink_type = entry.get("type")
         if not isinstance(sink_type, str):
-            problems.append(f"sinks[{index}].type: required (one of {registry.known_types()})")
+            problems.append(f"{render_path(at)}.type: required (one of {registry.known_types()})")
             continue
         try:
             model = registry.config_model(sink_type)
-            sinks.append(model.model_validate(entry))
         except registry.UnknownSinkTypeError as exc:
-            problems.append(f"sinks[{index}].type: {exc}")
-        except ValidationError as exc:
-            problems += _problems(exc, ("sinks", index))
+            problems.append(f"{render_path(at)}.type: {exc}")
+            continue
+        sink = validate_into(problems, model, entry, at)
+        if sink is not None:
+            sinks.append(sink)
     names = [sink.display_name(i) for i, sink in enumerate(sinks)]
     for name in {n for n in names if names.count(n) > 1}:
         problems.append(f"sinks: the name {name!r} is used twice; give each sink a unique name")
-    if problems:
+    if problems or config is None:
         raise ConfigError(problems, source)
-    return config.model_copy(update={"sinks": tuple(sinks)})
+    return config.with_sinks(tuple(sinks))
 
 
 def load_config(

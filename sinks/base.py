@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+import msgspec
 from cloudevents.core.v1.event import CloudEvent
-from pydantic import BaseModel, ConfigDict
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +50,14 @@ class SinkClosedError(RuntimeError):
     """Raised by `publish` after `close`: a programming error, not a delivery failure."""
 
 
-class SinkConfig(BaseModel):
-    """Keys every `[[sinks]]` entry accepts; each sink adds its own and forbids the rest."""
+class SinkConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Keys every `[[sinks]]` entry accepts; each sink adds its own and forbids the rest.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    A sink's `Config` is a subclass declared `frozen=True, kw_only=True` (msgspec inherits
+    them, type checkers don't; and its required keys follow `name`), narrows `type` to
+    `Literal["<its type>"]` and is built by `bridge.validation.validate`; its own checks go
+    in `__post_init__` (see that module).
+    """
 
     type: str
     name: str | None = None

@@ -23,12 +23,12 @@ import contextlib
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
+import msgspec
 from cloudevents.core.bindings import amqp
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
-from pydantic import Field, model_validator
 
 from bridge.secrets import Secret
 from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
@@ -58,7 +58,7 @@ PERMANENT_CONDITIONS: Final = frozenset(
 _CONDITION: Final = re.compile(r"(?:amqp|com\.microsoft):(?:link:)?([a-z-]+)")
 
 
-class Config(SinkConfig):
+class Config(SinkConfig, frozen=True, kw_only=True):
     """`[[sinks]] type = "eventhubs"`: a connection string, or a namespace + hub with Azure AD."""
 
     type: Literal["eventhubs"] = "eventhubs"
@@ -67,22 +67,19 @@ class Config(SinkConfig):
     eventhub: str | None = None
     mode: Literal["binary", "structured"] = "binary"
     transport: Literal["amqp", "websockets"] = "amqp"
-    timeout: float = Field(default=10.0, gt=0)
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
 
-    @model_validator(mode="after")
-    def _one_way_to_connect(self) -> Config:
+    def __post_init__(self) -> None:
         if self.connection_string is not None:
             if self.fully_qualified_namespace is not None:
                 raise ValueError(
                     "set either connection_string or fully_qualified_namespace + eventhub, not both"
                 )
-            return self
-        if not self.fully_qualified_namespace or not self.eventhub:
+        elif not self.fully_qualified_namespace or not self.eventhub:
             raise ValueError(
                 "set connection_string, or fully_qualified_namespace and eventhub "
                 "(Azure AD / managed identity)"
             )
-        return self
 
 
 def to_event_data(event: CloudEvent, mode: str) -> EventData:

@@ -18,7 +18,7 @@ from bridge.events import serialize
 from sinks.base import Ok, Result, Retry, Sink, SinkConfig
 
 
-class Config(SinkConfig):
+class Config(SinkConfig, frozen=True, kw_only=True):
     type: Literal["file"] = "file"
     path: Path
     fsync: bool = True

@@ -15,7 +15,7 @@ from cloudevents.core.v1.event import CloudEvent
 from sinks.base import Ok, Reject, Result, Retry, Sink, SinkConfig
 
 
-class Config(SinkConfig):
+class Config(SinkConfig, frozen=True, kw_only=True):
     type: Literal["memory"] = "memory"
 
 

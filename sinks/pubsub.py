@@ -39,12 +39,13 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
+import msgspec
 from cloudevents.core.v1.event import CloudEvent
-from pydantic import Field, field_validator
 
 from bridge.events import as_dict, serialize
+from bridge.validation import FieldError
 from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ _TOPIC_RE: Final = re.compile(
 )
 
 
-class Config(SinkConfig):
+class Config(SinkConfig, frozen=True, kw_only=True):
     type: Literal["pubsub"] = "pubsub"
     #: Full topic path, ``projects/<project>/topics/<topic>``.
     topic: str
@@ -79,16 +80,14 @@ class Config(SinkConfig):
     #: Override the API endpoint (``host:port``), e.g. a regional or private endpoint.
     endpoint: str | None = None
     #: Deadline of one publish attempt, in seconds.
-    timeout: float = Field(default=30.0, gt=0)
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
 
-    @field_validator("topic")
-    @classmethod
-    def _check_topic(cls, value: str) -> str:
-        if not _TOPIC_RE.match(value):
-            raise ValueError(
-                f"topic must look like projects/<project-id>/topics/<topic-name>, got {value!r}"
+    def __post_init__(self) -> None:
+        if not _TOPIC_RE.match(self.topic):
+            raise FieldError(
+                "topic",
+                f"must look like projects/<project-id>/topics/<topic-name>, got {self.topic!r}",
             )
-        return value
 
 
 def binary_attributes(event: CloudEvent) -> tuple[bytes, dict[str, str]]:

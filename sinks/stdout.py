@@ -12,7 +12,7 @@ from bridge.events import serialize
 from sinks.base import Ok, Result, Retry, Sink, SinkConfig
 
 
-class Config(SinkConfig):
+class Config(SinkConfig, frozen=True, kw_only=True):
     type: Literal["stdout"] = "stdout"
     pretty: bool = False
 

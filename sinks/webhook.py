@@ -20,7 +20,7 @@ verification always on (custom CA bundle optional), and nothing read from the pr
 environment (HTTP_PROXY, SSL_CERT_FILE, .netrc), so nothing outside this sink's own keys can
 redirect or weaken it; a proxy is used only when this sink's `proxy` key says so.
 
-Credentials (signing secrets, bearer token, header values) stay in `SecretStr` until the
+Credentials (signing secrets, bearer token, header values) stay in a `Secret` until the
 moment a request is built; they are never logged, never in a reason and never in a repr.
 """
 
@@ -33,17 +33,19 @@ import re
 import ssl
 import time
 from collections.abc import Sequence
-from typing import Final, Literal
+from pathlib import Path
+from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
+import msgspec
 from cloudevents.core.bindings.http import to_binary
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
-from pydantic import AnyHttpUrl, Field, FilePath, SecretStr, field_validator, model_validator
 
 from bridge.events import serialize
 from bridge.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.secrets import Secret
+from bridge.validation import FieldError, HttpUrl
 from sinks import _webhook_signing as signing
 from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
 
@@ -87,53 +89,59 @@ Mode = Literal["structured", "binary", "batch"]
 Signing = Literal["none", "standard", "github"]
 
 
-class Config(SinkConfig):
+class Config(SinkConfig, frozen=True, kw_only=True):
     """The `[[sinks]] type = "webhook"` keys (documented in docs/webhook.md)."""
 
     type: Literal["webhook"] = "webhook"
-    url: AnyHttpUrl
+    url: HttpUrl
     mode: Mode = "structured"
     signing: Signing = "none"
     secrets: tuple[Secret, ...] = ()
     bearer_token: Secret | None = None
-    headers: dict[str, Secret] = Field(default_factory=dict)
-    timeout: float = Field(default=10.0, gt=0)
-    ca_bundle: FilePath | None = None
-    proxy: AnyHttpUrl | None = None
+    headers: dict[str, Secret] = msgspec.field(default_factory=dict)
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    ca_bundle: Path | None = None
+    proxy: HttpUrl | None = None
     handshake_origin: str | None = None
 
-    @field_validator("headers")
-    @classmethod
-    def _check_headers(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        for name, secret in value.items():
+    def __post_init__(self) -> None:
+        self._check_headers()
+        self._check_ca_bundle()
+        self._check_origin()
+        self._check_signing()
+
+    def _check_headers(self) -> None:
+        for name, secret in self.headers.items():
             if not _HEADER_NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid HTTP header name")
+                raise FieldError("headers", f"{name!r} is not a valid HTTP header name")
             lowered = name.lower()
             if lowered in _RESERVED_HEADERS or lowered.startswith("ce-"):
-                raise ValueError(f"header {name!r} is set by the sink itself and cannot be set")
+                raise FieldError(
+                    "headers", f"header {name!r} is set by the sink itself and cannot be set"
+                )
             if any(c in secret.get_secret_value() for c in "\r\n\0"):
-                raise ValueError(f"the value of header {name!r} contains a line break")
-        return value
+                raise FieldError("headers", f"the value of header {name!r} contains a line break")
 
-    @field_validator("ca_bundle")
-    @classmethod
-    def _check_ca_bundle(cls, value: FilePath | None) -> FilePath | None:
-        if value is not None:
-            try:
-                ssl.create_default_context(cafile=str(value))
-            except (ssl.SSLError, OSError) as exc:
-                raise ValueError(f"cannot load CA certificates from {value}: {exc}") from None
-        return value
+    def _check_ca_bundle(self) -> None:
+        if self.ca_bundle is None:
+            return
+        if not self.ca_bundle.is_file():
+            raise FieldError("ca_bundle", f"{self.ca_bundle} does not exist or is not a file")
+        try:
+            ssl.create_default_context(cafile=str(self.ca_bundle))
+        except (ssl.SSLError, OSError) as exc:
+            raise FieldError(
+                "ca_bundle", f"cannot load CA certificates from {self.ca_bundle}: {exc}"
+            ) from None
 
-    @field_validator("handshake_origin")
-    @classmethod
-    def _check_origin(cls, value: str | None) -> str | None:
+    def _check_origin(self) -> None:
+        value = self.handshake_origin
         if value is not None and (not value or any(c.isspace() for c in value)):
-            raise ValueError("must be a non-empty DNS name such as bridge.example.com")
-        return value
+            raise FieldError(
+                "handshake_origin", "must be a non-empty DNS name such as bridge.example.com"
+            )
 
-    @model_validator(mode="after")
-    def _check_signing(self) -> Config:
+    def _check_signing(self) -> None:
         if self.signing == "none" and self.secrets:
             raise ValueError(
                 'secrets are set but signing = "none": set signing = "standard" or "github"'
@@ -150,7 +158,6 @@ class Config(SinkConfig):
             name.lower() == "authorization" for name in self.headers
         ):
             raise ValueError("set either bearer_token or an Authorization header, not both")
-        return self
 
 
 def redact_url(url: str) -> str:

@@ -19,11 +19,9 @@ def problems(raw: dict[str, Any]) -> list[str]:
 
 
 def test_hook_mistakes_name_their_keys() -> None:
-    assert problems({"hooks": [{"command": []}]}) == [
-        "hooks[0].command: Tuple should have at least 1 item after validation, not 0"
-    ]
+    assert problems({"hooks": [{"command": []}]}) == ["hooks[0].command: must have at least 1 item"]
     assert problems({"hooks": [{"command": ["x"], "statuses": ["done"], "shell": True}]}) == [
-        "hooks[0].statuses[0]: Input should be 'scheduled', 'started', 'completed' or 'cancelled'",
+        "hooks[0].statuses[0]: must be one of 'scheduled', 'started', 'completed', 'cancelled'",
         "hooks[0].shell: unknown key",
     ]
     assert problems({"hooks": [{"command": ["/a/drain"]}, {"command": ["/b/drain"]}]}) == [
@@ -33,8 +31,8 @@ def test_hook_mistakes_name_their_keys() -> None:
 
 def test_approval_mistakes_name_their_keys() -> None:
     assert problems({"approval": {"leader": "first", "preset": "azure"}}) == [
-        "approval.leader: Input should be 'sorted-first', 'self' or 'none'",
-        "approval.preset: Input should be 'vendor-sample'",
+        "approval.leader: must be one of 'sorted-first', 'self', 'none'",
+        "approval.preset: must be 'vendor-sample'",
     ]
     rule = {"action": "approve", "min_duration": 9, "max_duration": 8}
     assert problems({"approval": {"rules": [rule]}}) == [

@@ -70,7 +70,7 @@ type = "webhook"
         assert result.returncode == 2, result.stderr
         assert "source.provider" in result.stderr
         assert "source.azure.pol_interval: unknown key" in result.stderr
-        assert "sinks[0].url: Field required" in result.stderr
+        assert "sinks[0].url: required" in result.stderr
 
 
 def test_unreadable_or_invalid_toml_exits_2(tmp_path: Path) -> None:

@@ -21,11 +21,12 @@ from azure.eventhub.aio import EventHubConsumerClient, PartitionContext
 from cloudevents.core.bindings import amqp
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
-from pydantic import ValidationError
 
+from bridge.config import ConfigError
 from bridge.dispatch import Dispatcher
 from bridge.events import as_dict, serialize
 from bridge.spool import NewEvent, Spool
+from bridge.validation import validate
 from sinks.base import Ok, Reject, Sink
 from sinks.eventhubs import Config, EventHubsSink, create
 from tests.factories import instance, sample_events
@@ -40,8 +41,8 @@ def sink_for(server: EventHubServer, mode: str = "binary", hub: str | None = Non
     text = server.connection_string_for(hub or server.hub).replace(
         "SharedAccessKey=v", f"SharedAccessKey={KEY}"
     )
-    config = Config.model_validate(
-        {"type": "eventhubs", "connection_string": text, "mode": mode, "timeout": 3.0}
+    config = validate(
+        Config, {"type": "eventhubs", "connection_string": text, "mode": mode, "timeout": 3.0}
     )
     return create(config, "eventhubs")
 
@@ -276,21 +277,22 @@ async def test_outage_mid_run_is_retried_and_nothing_lost(
 
 
 def test_config_needs_exactly_one_way_to_connect() -> None:
-    with pytest.raises(ValidationError, match="connection_string"):
-        Config.model_validate({"type": "eventhubs"})
-    with pytest.raises(ValidationError, match="not both"):
-        Config.model_validate(
+    with pytest.raises(ConfigError, match="connection_string"):
+        validate(Config, {"type": "eventhubs"})
+    with pytest.raises(ConfigError, match="not both"):
+        validate(
+            Config,
             {
                 "type": "eventhubs",
                 "connection_string": "Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=v",
                 "fully_qualified_namespace": "ns.servicebus.windows.net",
                 "eventhub": "hub",
-            }
+            },
         )
-    with pytest.raises(ValidationError):
-        Config.model_validate({"type": "eventhubs", "fully_qualified_namespace": "ns"})
-    with pytest.raises(ValidationError):
-        Config.model_validate({"type": "eventhubs", "connection_string": "x", "mode": "json"})
+    with pytest.raises(ConfigError):
+        validate(Config, {"type": "eventhubs", "fully_qualified_namespace": "ns"})
+    with pytest.raises(ConfigError):
+        validate(Config, {"type": "eventhubs", "connection_string": "x", "mode": "json"})
 
 
 async def test_connection_string_from_env_and_managed_identity_config(
@@ -298,7 +300,7 @@ async def test_connection_string_from_env_and_managed_identity_config(
 ) -> None:
     text = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey={KEY};EntityPath=hub"
     monkeypatch.setenv("EH_CONN", text)
-    config = Config.model_validate({"type": "eventhubs", "connection_string": "env:EH_CONN"})
+    config = validate(Config, {"type": "eventhubs", "connection_string": "env:EH_CONN"})
     assert config.connection_string is not None
     assert config.connection_string.get_secret_value() == text
     assert KEY not in repr(config)
@@ -307,13 +309,14 @@ async def test_connection_string_from_env_and_managed_identity_config(
     assert sink.target == "hub"
     await sink.close(1.0)
 
-    aad = Config.model_validate(
+    aad = validate(
+        Config,
         {
             "type": "eventhubs",
             "fully_qualified_namespace": "ns.servicebus.windows.net",
             "eventhub": "maintenance",
             "transport": "websockets",
-        }
+        },
     )
     sink = create(aad, "eh-aad")  # builds DefaultAzureCredential; nothing connects yet
     assert isinstance(sink, EventHubsSink)
@@ -325,7 +328,8 @@ def test_module_does_not_import_the_sdk() -> None:
     code = (
         "import sys, json\n"
         "import sinks.eventhubs as m\n"
-        "m.Config.model_validate({'type': 'eventhubs', 'connection_string': 'Endpoint=sb://x/'})\n"
+        "from bridge.validation import validate\n"
+        "validate(m.Config, {'type': 'eventhubs', 'connection_string': 'Endpoint=sb://x/'})\n"
         "print(json.dumps(sorted(n for n in sys.modules if n.startswith('azure'))))\n"
     )
     out = subprocess.run(

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from cloudevents.core.v1.event import CloudEvent
-from pydantic import ValidationError
 
+from bridge.config import ConfigError
 from bridge.dispatch import Dispatcher
 from bridge.events import as_dict, parse, serialize
 from bridge.spool import NewEvent, Spool
+from bridge.validation import validate
 from sinks import pubsub
 from sinks.base import Ok, Reject, Retry, Sink
 from tests.factories import instance, sample_events
@@ -79,7 +80,10 @@ def per_source(events: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def test_config_defaults_and_topic_validation() -> None:
-    config = pubsub.Config(topic="projects/my-project/topics/maintenance")
+    def validated(**keys: Any) -> pubsub.Config:
+        return validate(pubsub.Config, {"type": "pubsub", **keys})
+
+    config = validated(topic="projects/my-project/topics/maintenance")
     assert (config.mode, config.ordering, config.timeout) == ("binary", True, 30.0)
     assert config.credentials_file is None
     assert config.endpoint is None
@@ -90,12 +94,12 @@ def test_config_defaults_and_topic_validation() -> None:
         "projects/my-project/subscriptions/maintenance",
         "projects/my-project/topics/googfoo",
     ):
-        with pytest.raises(ValidationError, match="topic"):
-            pubsub.Config(topic=bad)
-    with pytest.raises(ValidationError):
-        pubsub.Config(topic="projects/my-project/topics/maint", mode="both")
-    with pytest.raises(ValidationError):
-        pubsub.Config(topic="projects/my-project/topics/maint", retries=3)  # type: ignore[call-arg]
+        with pytest.raises(ConfigError, match="topic: must look like projects/"):
+            validated(topic=bad)
+    with pytest.raises(ConfigError, match="mode: must be one of 'binary', 'structured'"):
+        validated(topic="projects/my-project/topics/maint", mode="both")
+    with pytest.raises(ConfigError, match="retries: unknown key"):
+        validated(topic="projects/my-project/topics/maint", retries=3)
 
 
 def test_importing_the_sink_does_not_import_the_client_library() -> None:
@@ -103,7 +107,8 @@ def test_importing_the_sink_does_not_import_the_client_library() -> None:
         "import sys\n"
         "from sinks import registry\n"
         "model = registry.config_model('pubsub')\n"
-        "model.model_validate({'type': 'pubsub', 'topic': 'projects/my-project/topics/maint'})\n"
+        "from bridge.validation import validate\n"
+        "validate(model, {'type': 'pubsub', 'topic': 'projects/my-project/topics/maint'})\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(('google.cloud', 'grpc')))\n"
         "print(loaded)\n"
         "assert 'google.cloud.pubsub_v1' not in sys.modules, loaded\n"

@@ -39,6 +39,7 @@ from bridge.config import ConfigError, parse_config
 from bridge.dispatch import Dispatcher
 from bridge.events import as_dict, serialize
 from bridge.spool import NewEvent, Spool
+from bridge.validation import validate
 from sinks import webhook
 from sinks._webhook_signing import webhook_id
 from sinks.base import Ok, Reject, Retry, Sink
@@ -563,9 +564,7 @@ async def test_bearer_token_and_headers_from_env_and_file_are_sent_but_never_sho
 
 
 def sink_config(url: str, **keys: Any) -> webhook.Config:
-    return webhook.Config.model_validate(
-        {"type": "webhook", "url": url, "signing": "standard", **keys}
-    )
+    return validate(webhook.Config, {"type": "webhook", "url": url, "signing": "standard", **keys})
 
 
 async def test_credentials_in_the_url_are_not_shown(
@@ -769,4 +768,4 @@ def test_the_documented_keys_are_the_config_keys() -> None:
     doc = (ROOT / "docs" / "webhook.md").read_text(encoding="utf-8")
     table = doc.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     documented = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
-    assert documented == set(webhook.Config.model_fields) - {"type", "name"}
+    assert documented == set(webhook.Config.__struct_fields__) - {"type", "name"}
