@@ -196,9 +196,15 @@ class MetadataClient:
                     try:
                         validate(response)
                     except (ValueError, KeyError, TypeError) as exc:
-                        self.stats.failed("malformed")
+                        # An accepted error status the validator refuses (a 503 that is not
+                        # upcoming-maintenance's "nothing scheduled") counts as that status.
+                        ok = response.status == 200
+                        self.stats.failed("malformed" if ok else str(response.status))
+                        what = "malformed answer" if ok else f"HTTP {response.status}"
                         raise MetadataError(
-                            f"{method} {path}: malformed answer: {exc}", response.status
+                            f"{method} {path}: {what}: {exc}",
+                            response.status,
+                            None if ok else _retry_after(response),
                         ) from exc
                 return response
         raise AssertionError("unreachable: stop_never")  # pragma: no cover
