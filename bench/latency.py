@@ -119,12 +119,12 @@ async def gce(
                 t0 = changes[i][0]
                 answered = first_answer(sim, MAINTENANCE, t0)
                 if answered is not None:
-                    ours.add(record["at"] - t0, answered - t0, answered)
+                    ours.add(t0, answered, record["at"])
             for i, (stamp, _text) in enumerate(sample.lines[1 : count + 1]):
                 t0 = changes[i][1]
                 answered = first_answer(base_sim, MAINTENANCE, t0)
                 if answered is not None:
-                    theirs.add(stamp - t0, answered - t0, answered)
+                    theirs.add(t0, answered, stamp)
             for proc in procs:
                 await proc.stop()
     return [ours, theirs]
@@ -198,7 +198,7 @@ async def azure(
                     answered = first_answer(sims[name], "scheduledevents", change.at[name])
                     if record is not None and answered is not None:
                         t0 = change.at[name]
-                        series[name].add(record["at"] - t0, answered - t0, answered)
+                        series[name].add(t0, answered, record["at"])
             printed = [
                 (stamp, int(text.rsplit(" ", 1)[1]))
                 for stamp, text in sample.lines
@@ -209,7 +209,7 @@ async def azure(
                 seen = next((s for s, n in printed if n >= change.incarnation and s >= t0), None)
                 answered = first_answer(sims["sample"], "scheduledevents", t0)
                 if seen is not None and answered is not None:
-                    series["sample"].add(seen - t0, answered - t0, answered)
+                    series["sample"].add(t0, answered, seen)
             for proc in procs:
                 await proc.stop()
     finally:

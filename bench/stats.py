@@ -43,9 +43,11 @@ class Series:
     #: moments mean one poll answer carried several transitions, delivered one after another.
     answered: list[float] = field(default_factory=list)
 
-    def add(self, total_s: float, wait_s: float, answered: float = float("nan")) -> None:
-        self.total.append(total_s * 1000)
-        self.wait.append(wait_s * 1000)
+    def add(self, changed: float, answered: float, held: float) -> None:
+        """One transition, from its three monotonic moments (seconds): the change, the
+        first answer carrying it, and the consumer holding it."""
+        self.total.append((held - changed) * 1000)
+        self.wait.append((answered - changed) * 1000)
         self.answered.append(answered)
 
     @property
@@ -58,8 +60,7 @@ def worst(series: Series, top: int = 5) -> list[str]:
     ours = series.ours
     lines = [f"{series.name}: the {top} slowest transitions, our part (poll wait):"]
     for index in sorted(range(len(ours)), key=lambda i: -ours[i])[:top]:
-        moment = series.answered[index] if index < len(series.answered) else float("nan")
-        shared = sum(abs(other - moment) < 1e-6 for other in series.answered)
+        shared = sum(abs(other - series.answered[index]) < 1e-6 for other in series.answered)
         context = f"one of {shared} transitions in that answer" if shared > 1 else "alone"
         waited = series.wait[index]
         lines.append(f"  #{index:<4d} {ours[index]:7.2f} ms  (waited {waited:7.1f} ms; {context})")

@@ -106,10 +106,17 @@ class Origin:
         return cls(parts.scheme, parts.hostname, port, credentials)
 
     @property
-    def authority(self) -> str:
-        """`host[:port]` as the Host header and CONNECT want it (IPv6 in brackets)."""
+    def address(self) -> str:
+        """`host:port`, the port always written, as CONNECT wants it (IPv6 in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port == _DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
+        return f"{host}:{self.port}"
+
+    @property
+    def authority(self) -> str:
+        """`host[:port]` as the Host header wants it: the scheme's default port left out."""
+        if self.port != _DEFAULT_PORTS[self.scheme]:
+            return self.address
+        return f"[{self.host}]" if ":" in self.host else self.host
 
 
 class _Connection:
@@ -192,8 +199,6 @@ class Http1Client:
                     return await self._exchange(method, target, fields, body)
         except TimeoutError:
             raise RequestTimeoutError(f"no complete response within {limit:g} s") from None
-        except TransportError:
-            raise
         except (OSError, EOFError, h11.ProtocolError) as exc:
             raise TransportError(_describe(exc)) from exc
 
@@ -348,9 +353,7 @@ class Http1Client:
     async def _tunnel(self, connection: _Connection) -> None:
         """Ask the proxy for a tunnel to the origin (CONNECT); TLS then runs inside it."""
         assert self._proxy is not None
-        authority = f"{self._origin.host}:{self._origin.port}"
-        if ":" in self._origin.host:
-            authority = f"[{self._origin.host}]:{self._origin.port}"
+        authority = self._origin.address
         fields = [("host", authority), ("user-agent", self._user_agent)]
         if self._proxy.authorization is not None:
             fields.append(("proxy-authorization", self._proxy.authorization))
