@@ -45,7 +45,13 @@ from sinks._webhook_signing import webhook_id
 from sinks.base import Ok, Reject, Retry, Sink
 from tests.factories import sample_events
 from tests.sinks.contract import SinkContract
-from tests.sinks.webhook_receiver import Received, RecordingProxy, Reply, WebhookReceiver
+from tests.sinks.webhook_receiver import (
+    Received,
+    RecordingProxy,
+    Reply,
+    WebhookReceiver,
+    serving,
+)
 from tests.support import assert_valid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,13 +85,6 @@ def message(request: Received) -> HTTPMessage:
 
 def rows(events: Sequence[CloudEvent]) -> list[NewEvent]:
     return [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[WebhookReceiver]:
-    server = await WebhookReceiver().start()
-    yield server
-    await server.stop()
 
 
 @pytest.fixture
@@ -397,20 +396,13 @@ async def test_timeout_is_configurable_and_a_retry(
 
     app = web.Application()
     app.router.add_post("/hook", slow)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        sink = sinks(f"http://127.0.0.1:{port}/hook", timeout=0.2)
+    async with serving(app) as url:
+        sink = sinks(url, timeout=0.2)
         started = time.monotonic()
         result = await sink.publish(sample_events(1))
         assert time.monotonic() - started < 1.5
         assert isinstance(result, Retry)
         assert "timeout" in result.reason
-    finally:
-        await runner.cleanup()
 
 
 async def test_unreachable_is_retry(sinks: Callable[..., webhook.WebhookSink]) -> None:
@@ -724,12 +716,7 @@ async def test_documented_receiver_example_verifies_and_parses(
     app: web.Application = example.make_app(
         secret, handle, allowed_origins=frozenset({"bridge.example.com"})
     )
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/hook"  # type: ignore[union-attr]
-    try:
+    async with serving(app) as url:
         events = sample_events(3)
         sink = sinks(
             url,
@@ -749,8 +736,6 @@ async def test_documented_receiver_example_verifies_and_parses(
         assert isinstance(await forged.publish(sample_events(1)), Reject)
         stranger = sinks(url, mode=mode, handshake_origin="evil.example.com")
         assert isinstance(await stranger.publish(sample_events(1)), Retry)
-    finally:
-        await runner.cleanup()
     assert len(handled) == 3
     for got, sent in zip(handled, events, strict=True):
         same_event(got, sent)

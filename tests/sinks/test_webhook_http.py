@@ -22,7 +22,7 @@ from bridge import http1
 from sinks.base import Ok, Retry
 from tests.factories import sample_events
 from tests.sinks.test_webhook import make_sink, self_signed
-from tests.sinks.webhook_receiver import RecordingProxy, WebhookReceiver
+from tests.sinks.webhook_receiver import RecordingProxy, WebhookReceiver, serving
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -175,18 +175,11 @@ async def test_a_long_chunked_answer_is_read_whole_and_the_connection_kept() -> 
 
     app = web.Application()
     app.router.add_post("/hook", chatty)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        sink = make_sink(f"http://127.0.0.1:{port}/hook")
+    async with serving(app) as url:
+        sink = make_sink(url)
         for event in sample_events(3):
             assert await sink.publish([event]) == Ok()
         await sink.close(1.0)
-    finally:
-        await runner.cleanup()
     assert len(peers) == 3
     assert len(set(peers)) == 1
 
@@ -209,10 +202,3 @@ async def test_a_malformed_answer_is_a_retry_and_the_connection_is_dropped() -> 
         assert isinstance(result, Retry)
         assert result.reason.startswith("cannot reach http://127.0.0.1:")
     assert connections == 2
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[WebhookReceiver]:
-    server = await WebhookReceiver().start()
-    yield server
-    await server.stop()

@@ -11,10 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+
+@asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Serve `app` on 127.0.0.1 (a free port) while the block runs; yields its /hook url."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server: Any = site._server
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    finally:
+        await runner.cleanup()
 
 
 @dataclass(frozen=True)
