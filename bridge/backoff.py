@@ -33,3 +33,10 @@ class Backoff:
         if asked is not None:
             delay = max(delay, min(asked, MAX_RETRY_AFTER))
         return delay
+
+
+def for_humans(seconds: float) -> str:
+    """A delay as a log line says it: "0.5s", "12s" (never "0s" for a half-second backoff)."""
+    if seconds < 10:
+        return f"{seconds:.1f}s".replace(".0s", "s")
+    return f"{seconds:.0f}s"

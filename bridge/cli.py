@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge import __version__
+from bridge.backoff import for_humans
 from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> Provider
         try:
             return await detect(config.source)
         except DetectionError as exc:
-            log.error("%s\nretrying in %.0fs", exc, delay)
+            log.error("%s\nretrying in %s", exc, for_humans(delay))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
             delay = min(delay * 2, 60.0)

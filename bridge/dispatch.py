@@ -28,7 +28,7 @@ from typing import Final
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_never
 
-from bridge.backoff import Backoff
+from bridge.backoff import Backoff, for_humans
 from bridge.events import parse
 from bridge.spool import Spool, Spooled, SpoolError
 from sinks.base import Ok, Reject, Result, Retry, Sink
@@ -169,12 +169,12 @@ class Dispatcher:
             )
             log.log(
                 level,
-                "sink %s: %s (attempt %d, %d event(s)); retrying in %.1fs",
+                "sink %s: %s (attempt %d, %d event(s)); retrying in %s",
                 sink.name,
                 reason,
                 state.attempt_number,
                 len(batch),
-                delay,
+                for_humans(delay),
             )
             with contextlib.suppress(SpoolError):
                 await self._spool.record_attempt(sink.name, [i.seq for i in batch], reason)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.actions import Actions
+from bridge.backoff import for_humans
 from bridge.config import Config
 from bridge.dispatch import Dispatcher
 from bridge.events import TYPE_PREFIX, parse, serialize, to_cloudevent
@@ -143,7 +144,12 @@ class Bridge:
                 )
                 return events, plan
             except SpoolError as exc:
-                log.error("cannot spool %d notice(s), retrying in %.0fs: %s", len(rows), delay, exc)
+                log.error(
+                    "cannot spool %d notice(s), retrying in %s: %s",
+                    len(rows),
+                    for_humans(delay),
+                    exc,
+                )
                 await self.sleep(delay)
                 delay = min(delay * 2, 30.0)
 
@@ -158,7 +164,7 @@ class Bridge:
         factory = self.factories[name]
         delay = 1.0
         while True:
-            watcher = factory(await self.spool.load_checkpoint(name))
+            watcher = factory(await self._checkpoint_of(name))
             self.watchers[name] = watcher
             try:
                 instance = await watcher.identify()
@@ -188,6 +194,19 @@ class Bridge:
                 await watcher.aclose()
                 await self.sleep(delay)
                 delay = min(delay * 2, 60.0)
+
+    async def _checkpoint_of(self, name: str) -> dict[str, Any] | None:
+        """The watcher's last checkpoint; for Azure with the events approved in any run.
+
+        An approval is recorded in the spool by the actions, not in the checkpoint: after a
+        restart the watcher must still know that an event which vanished while we were down
+        ran (we approved it, so it started) rather than was cancelled.
+        """
+        checkpoint = await self.spool.load_checkpoint(name)
+        if checkpoint is not None and name == "azure":
+            approved = set(checkpoint.get("approved", ())) | await self.actions.approved_ids()
+            checkpoint["approved"] = sorted(approved)
+        return checkpoint
 
     @property
     def notices_seen(self) -> int:
