@@ -37,6 +37,8 @@ class Backoff:
 
 def for_humans(seconds: float) -> str:
     """A delay as a log line says it: "0.5s", "12s" (never "0s" for a half-second backoff)."""
+    if seconds < 1:
+        return f"{seconds:.2g}s"
     if seconds < 10:
         return f"{seconds:.1f}s".replace(".0s", "s")
     return f"{seconds:.0f}s"
