@@ -94,6 +94,8 @@ class Delivery(_Section, frozen=True, kw_only=True):
     shutdown_timeout: NonNegative = 10.0
     #: Per sink; older overflow goes to the dead letters.
     max_pending: Annotated[int, msgspec.Meta(ge=1)] = 100_000
+    #: /healthz fails once the spool has failed to be written (or read) for this long.
+    spool_failure_timeout: Positive = 300.0
 
 
 class Listener(_Section, frozen=True, kw_only=True):

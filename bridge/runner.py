@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +80,20 @@ def describe(notice: Notice) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class WatcherCrash:
+    """How often a watcher has failed since it last committed an update, and the last error."""
+
+    count: int
+    error: str
+    at: float
+
+    @classmethod
+    def after(cls, previous: WatcherCrash | None, exc: Exception) -> WatcherCrash:
+        count = previous.count + 1 if previous else 1
+        return cls(count, f"{type(exc).__name__}: {exc}"[:300], time.time())
+
+
 @dataclass
 class Bridge:
     """Runs until `stop` is set; see the module docstring."""
@@ -96,6 +111,8 @@ class Bridge:
     #: Notices seen since start, by (provider, kind, status): the metrics' counter.
     notice_counts: Counter[tuple[str, str, str]] = field(init=False, default_factory=Counter)
     _tasks: dict[str, asyncio.Task[None]] = field(init=False, default_factory=dict)
+    #: Watchers that failed and were restarted, by name (readiness reports a crash loop).
+    watcher_crashes: dict[str, WatcherCrash] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         delivery = self.config.delivery
@@ -184,13 +201,17 @@ class Bridge:
                     self.dispatcher.notify()
                     self.actions.planned(plan)
                     delay = 1.0
+                    self.watcher_crashes.pop(name, None)
             except asyncio.CancelledError:
                 await watcher.aclose()
                 raise
-            except Exception:
+            except Exception as exc:
                 log.exception(
-                    "%s watcher failed; restarting it from its checkpoint in %.0fs", name, delay
+                    "%s watcher failed; restarting it from its checkpoint in %s",
+                    name,
+                    for_humans(delay),
                 )
+                self.watcher_crashes[name] = WatcherCrash.after(self.watcher_crashes.get(name), exc)
                 await watcher.aclose()
                 await self.sleep(delay)
                 delay = min(delay * 2, 60.0)
