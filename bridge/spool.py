@@ -97,6 +97,22 @@ class SpoolError(Exception):
     """The spool cannot store or read (disk full, permissions, corruption)."""
 
 
+def integrity(path: Path) -> str:
+    """SQLite's own `quick_check` of the spool at `path`, opened read-only: "ok" or what is
+    wrong (for `doctor`, which must never change the spool a running bridge uses)."""
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        return f"cannot open it: {exc}"
+    try:
+        rows = db.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.Error as exc:
+        return str(exc)
+    finally:
+        db.close()
+    return "; ".join(str(row[0]) for row in rows[:5])
+
+
 @dataclass(slots=True)
 class SpoolHealth:
     """Since when one kind of spool access (reads or writes) has been failing, and why."""
