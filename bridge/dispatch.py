@@ -27,15 +27,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Final, TypeVar
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    retry_if_result,
-    stop_never,
-)
+from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
 
-from bridge.backoff import Backoff, for_humans
+from bridge.backoff import for_humans, forever
 from bridge.events import parse
 from bridge.spool import Spool, Spooled, SpoolError
 from sinks.base import Ok, Reject, Result, Retry, Sink
@@ -211,10 +205,11 @@ class Dispatcher:
             with contextlib.suppress(SpoolError):
                 await self._spool.record_attempt(sink.name, [i.seq for i in batch], reason)
 
-        retrying = AsyncRetrying(
-            retry=retry_if_result(lambda r: isinstance(r, Retry)),
-            wait=Backoff(self._retry_initial, self._retry_max, _retry_after_of_result),
-            stop=stop_never,
+        retrying = forever(
+            retry_if_result(lambda r: isinstance(r, Retry)),
+            self._retry_initial,
+            self._retry_max,
+            _retry_after_of_result,
             sleep=self._interruptible_sleep,
             before_sleep=before_sleep,
         )
@@ -273,13 +268,13 @@ class Dispatcher:
                 exc,
             )
 
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(SpoolError),
-            wait=Backoff(self._retry_initial, self._retry_max, lambda _state: None),
-            stop=stop_never,
+        retrying = forever(
+            retry_if_exception_type(SpoolError),
+            self._retry_initial,
+            self._retry_max,
+            lambda _state: None,
             sleep=self._interruptible_sleep,
             before_sleep=before_sleep,
-            reraise=True,
         )
         async for attempt in retrying:
             with attempt:

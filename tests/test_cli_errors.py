@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import sys
 from pathlib import Path
 
 from bridge.simulator import Simulator
 from bridge.spool import DB_NAME
-from tests.test_cli import ROOT, bridge, write_config
+from tests.test_cli import bridge, write_config
 
 
 def test_validate_config_takes_config_like_every_command(tmp_path: Path) -> None:
@@ -82,22 +81,9 @@ dir = "{state}"
 port = 0
 """,
         )
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bridge",
-            "--log-format",
-            "json",
-            "run",
-            "--config",
-            str(config),
-            cwd=ROOT,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        _, stderr = await asyncio.wait_for(process.communicate(), 60)
-    text = stderr.decode()
-    assert process.returncode == 2, text
-    assert "Traceback" not in text
-    (line,) = [entry for entry in text.splitlines() if not entry.startswith("{")]
+        result = await asyncio.to_thread(bridge, "run", "--config", str(config))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = [entry for entry in result.stderr.splitlines() if not entry.startswith("{")]
     assert line.startswith(f"maintenance-bridge: cannot use the spool {state / DB_NAME}")
     assert "move it aside" in line

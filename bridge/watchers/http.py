@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_never
+from tenacity import RetryCallState, retry_if_exception_type
 
-from bridge.backoff import Backoff, for_humans
+from bridge.backoff import for_humans, forever
 from bridge.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.prometheus import Histogram
 
@@ -200,13 +200,13 @@ class MetadataClient:
         client's totals: the GCE watcher keeps one per key, so readiness can tell which key
         keeps failing while another succeeds.
         """
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(MetadataError),
-            wait=Backoff(self._retry_initial, self._retry_max, _retry_after_of_error),
-            stop=stop_never,
+        retrying = forever(
+            retry_if_exception_type(MetadataError),
+            self._retry_initial,
+            self._retry_max,
+            _retry_after_of_error,
             sleep=self._sleep,
             before_sleep=_log_retry,
-            reraise=True,
         )
         async for attempt in retrying:
             with attempt:
