@@ -184,15 +184,21 @@ class Spool:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False) -> T:
+    async def _run(
+        self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False, track: bool = True
+    ) -> T:
+        """Run `fn` on the spool's thread; its outcome sets `reads` or `writes` health unless
+        `track` is False (a PRAGMA that reads no table says nothing about them)."""
         loop = asyncio.get_running_loop()
         health = self.writes if write else self.reads
         try:
             result = await loop.run_in_executor(self._executor, self._call, fn)
         except SpoolError as exc:
-            health.failed(str(exc))
+            if track:
+                health.failed(str(exc))
             raise
-        health.succeeded()
+        if track:
+            health.succeeded()
         return result
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -445,7 +451,7 @@ class Spool:
             (version,) = db.execute("PRAGMA data_version").fetchone()
             return int(version)
 
-        return await self._run(_version)
+        return await self._run(_version, track=False)
 
     async def load_checkpoint(self, name: str) -> dict[str, Any] | None:
         def _load(db: sqlite3.Connection) -> dict[str, Any] | None:
