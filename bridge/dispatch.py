@@ -72,7 +72,7 @@ class Dispatcher:
         retry_initial: float = 0.5,
         retry_max: float = 60.0,
         sleep: Sleep | None = None,
-        spool_check_interval: float = 1.0,
+        spool_check_interval: float = 2.0,
     ) -> None:
         self._spool = spool
         self._spool_check_interval = spool_check_interval
