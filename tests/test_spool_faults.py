@@ -8,6 +8,7 @@ replay` run as a separate process, and the simulator over HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import httpx
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
@@ -25,7 +27,7 @@ from bridge.spool import DB_NAME, Spool
 from bridge.watchers import gce
 from bridge.watchers.base import Update
 from sinks.base import Reject, Result
-from tests.support import CheckedSink, bridge_config, eventually, running_bridge
+from tests.support import CheckedSink, bridge_config, eventually, free_port, running_bridge
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -205,3 +207,66 @@ def test_a_damaged_spool_at_start_is_one_line_and_exit_2(tmp_path: Path, damage:
     (line,) = result.stderr.strip().splitlines()
     assert str(spool) in line
     assert "move it aside" in line
+
+
+async def test_health_of_the_real_process_while_its_spool_cannot_be_written(
+    gce_sim: Simulator, tmp_path: Path
+) -> None:
+    port = free_port()
+    out = tmp_path / "events.jsonl"
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        f"""
+[source]
+provider = "gce"
+[source.gce]
+metadata_url = "{gce_sim.gce_url}"
+long_poll_timeout = 2
+[state]
+dir = "{tmp_path}"
+[delivery]
+spool_failure_timeout = 2.0
+[listener]
+port = {port}
+[[sinks]]
+type = "file"
+path = "{out}"
+"""
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bridge",
+        "run",
+        "--config",
+        str(config),
+        cwd=ROOT,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    blocker = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+
+            async def status(path: str, code: int) -> bool:
+                with contextlib.suppress(httpx.TransportError):
+                    return (await client.get(path)).status_code == code
+                return False
+
+            await eventually(lambda: status("/readyz", 200), timeout=20)
+            blocker.execute("BEGIN IMMEDIATE")  # another writer holds the spool's lock
+            gce_sim.gce.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+            await eventually(lambda: status("/readyz", 503), timeout=20)
+            (spool,) = [
+                c for c in (await client.get("/readyz")).json()["checks"] if c["name"] == "spool"
+            ]
+            assert "writes failing" in spool["detail"]
+            assert "database is locked" in spool["detail"]
+            await eventually(lambda: status("/healthz", 503), timeout=20)  # for > 2 s
+            blocker.rollback()
+            await eventually(lambda: status("/healthz", 200), timeout=20)
+            await eventually(lambda: status("/readyz", 200), timeout=20)
+            await eventually(lambda: out.exists() and out.read_text().count("\n") == 1)
+    finally:
+        blocker.close()
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 20)
