@@ -25,7 +25,7 @@ def parse_time(value: object) -> datetime:
     text = value.strip()
     try:
         # fromisoformat reads RFC 3339 including `Z` and fractions (Python >= 3.11).
-        iso = text[:1].isdigit()
+        iso = text[:1] in "0123456789"
         parsed = datetime.fromisoformat(text) if iso else parsedate_to_datetime(text)
         if parsed.tzinfo is None or parsed.utcoffset() is None:
             parsed = parsed.replace(tzinfo=UTC)

@@ -175,7 +175,7 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = parse_time(value)  # an HTTP date; one without a zone is UTC
@@ -308,7 +308,11 @@ class WebhookSink(Sink):
             return self._disable(status)
         allowed = response.headers.get("webhook-allowed-origin", "").strip()
         rate_text = response.headers.get("webhook-allowed-rate", "*").strip()
-        rate = int(rate_text) if rate_text.isdigit() and int(rate_text) > 0 else None
+        rate = (
+            int(rate_text)
+            if rate_text.isascii() and rate_text.isdigit() and int(rate_text) > 0
+            else None
+        )
         rate_ok = rate_text == "*" or rate is not None
         if 200 <= status < 300 and allowed in (self._origin, "*") and rate_ok:
             self._granted = True

@@ -75,7 +75,9 @@ azure_events = st.fixed_dictionaries(
         "NotBefore": either(times),
         "Description": either(st.text(max_size=20)),
         "EventSource": either(st.sampled_from(["Platform", "User"])),
-        "DurationInSeconds": either(st.integers(min_value=-1, max_value=10**6)),
+        "DurationInSeconds": either(
+            st.integers(min_value=-1, max_value=10**6) | st.sampled_from(["30", " 7 ", "²", "-1"])
+        ),
     },
     optional={"Extra": json_values},  # a field added by a later api-version
 )

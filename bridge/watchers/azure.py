@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -224,8 +225,8 @@ class AzureWatcher(ClientWatcher):
 
     def _duration(self, event_id: str, value: object) -> int | None:
         """DurationInSeconds: -1 (unknown) and anything that is not a count are None."""
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value.strip())  # a count sent as text is still that count
+        if isinstance(value, str) and re.fullmatch(r"\s*[0-9]{1,9}\s*", value):
+            value = int(value)  # a count sent as text is still that count
         if isinstance(value, int) and not isinstance(value, bool):
             return value if value >= 0 else None
         if value is not None:

@@ -261,7 +261,7 @@ class MetadataClient:
 
 def _retry_after(response: Response) -> float | None:
     value = response.headers.get("retry-after", "").strip()
-    return float(value) if value.isdigit() else None
+    return float(value) if value.isascii() and value.isdigit() else None
 
 
 def _log_retry(state: RetryCallState) -> None:
