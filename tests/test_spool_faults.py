@@ -11,8 +11,6 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -27,20 +25,15 @@ from bridge.spool import DB_NAME, Spool
 from bridge.watchers import gce
 from bridge.watchers.base import Update
 from sinks.base import Reject, Result
-from tests.support import CheckedSink, bridge_config, eventually, free_port, running_bridge
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        env=dict(os.environ),
-    )
+from tests.support import (
+    CheckedSink,
+    bridge_config,
+    bridge_process,
+    eventually,
+    free_port,
+    running_bridge,
+)
+from tests.test_cli import bridge
 
 
 def check(monitor: HealthMonitor, name: str, *, live: bool = False) -> tuple[bool, str]:
@@ -62,7 +55,7 @@ async def test_a_replay_from_another_process_is_delivered_without_a_restart(
         await eventually(lambda: run.bridge.dispatcher.stats["memory"].dead_lettered == 1)
         assert sink.events == []
 
-        replayed = await asyncio.to_thread(cli, "spool", "replay", "--config", str(config))
+        replayed = await asyncio.to_thread(bridge, "spool", "replay", "--config", str(config))
         assert "replayed 1 event(s)" in replayed.stdout, replayed.stderr
         await sink.wait_for(1, timeout=10)  # no wake-up from the other process: noticed alone
     assert run.sink.summary() == [("live-migrate", "started")]
@@ -151,11 +144,11 @@ async def test_a_crash_looping_watcher_is_not_ready(gce_sim: Simulator, tmp_path
         return _Exploding(gce.new_client(source, retry_initial=0.01, retry_max=0.05), source)
 
     sink = CheckedSink("memory")
-    bridge = Bridge(config, {"gce": build}, [sink], Spool(tmp_path, [sink.name]))
+    crashing = Bridge(config, {"gce": build}, [sink], Spool(tmp_path, [sink.name]))
     monitor = HealthMonitor()
-    monitor.attach(bridge)
+    monitor.attach(crashing)
     stop = asyncio.Event()
-    task = asyncio.create_task(bridge.run(stop))
+    task = asyncio.create_task(crashing.run(stop))
     try:
         await eventually(lambda: "watcher:gce" in {c.name for c in monitor.readiness()})
         ok, detail = check(monitor, "watcher:gce")
@@ -202,7 +195,7 @@ def test_a_damaged_spool_at_start_is_one_line_and_exit_2(tmp_path: Path, damage:
             file.truncate(3 * 4096)
     config = tmp_path / "bridge.toml"
     config.write_text(f'[state]\ndir = "{tmp_path}"\n')
-    result = cli("spool", "list", "--config", str(config))
+    result = bridge("spool", "list", "--config", str(config))
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert str(spool) in line
@@ -215,34 +208,12 @@ async def test_health_of_the_real_process_while_its_spool_cannot_be_written(
     port = free_port()
     out = tmp_path / "events.jsonl"
     config = tmp_path / "bridge.toml"
+    settings = f"[delivery]\nspool_failure_timeout = 2.0\n[listener]\nport = {port}\n"
     config.write_text(
-        f"""
-[source]
-provider = "gce"
-[source.gce]
-metadata_url = "{gce_sim.gce_url}"
-long_poll_timeout = 2
-[state]
-dir = "{tmp_path}"
-[delivery]
-spool_failure_timeout = 2.0
-[listener]
-port = {port}
-[[sinks]]
-type = "file"
-path = "{out}"
-"""
+        f'[source.gce]\nmetadata_url = "{gce_sim.gce_url}"\n[source]\nprovider = "gce"\n'
+        f'[state]\ndir = "{tmp_path}"\n{settings}[[sinks]]\ntype = "file"\npath = "{out}"\n'
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bridge",
-        "run",
-        "--config",
-        str(config),
-        cwd=ROOT,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    process = await bridge_process("run", "--config", str(config))
     blocker = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
