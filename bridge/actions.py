@@ -33,6 +33,7 @@ from typing import Any
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge import approval, audit, hooks
+from bridge.backoff import for_humans
 from bridge.config import Config
 from bridge.events import as_dict, serialize
 from bridge.spool import NewEvent, Spool, SpoolError
@@ -176,6 +177,11 @@ class Actions:
                 log.warning("shutdown deadline reached; %d hook chain(s) cut short", len(late))
         await self._report_interrupted()
 
+    async def approved_ids(self) -> set[str]:
+        """Notice ids whose approval was sent (or was being sent when a run stopped)."""
+        rows = await self._spool.actions(("posting", "approved"))
+        return {row.key.split("\t")[2] for row in rows if row.key.startswith("approve\t")}
+
     async def wait_idle(self) -> None:
         """Until every action started so far is done (tests)."""
         while self._tasks:
@@ -234,7 +240,7 @@ class Actions:
                 await self._spool.commit(rows, states=states)
                 break
             except SpoolError as exc:
-                log.error("cannot record action state, retrying in %.1fs: %s", delay, exc)
+                log.error("cannot record action state, retrying in %s: %s", for_humans(delay), exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
         if rows:
@@ -305,7 +311,9 @@ class Actions:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("cannot approve %s yet (%s); retrying in %.1fs", notice_id, exc, delay)
+                log.warning(
+                    "cannot approve %s yet (%s); retrying in %s", notice_id, exc, for_humans(delay)
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
         config = self._config.approval

@@ -8,10 +8,11 @@ metadata client raises it inside an exception, a sink returns it inside a `Retry
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
-from tenacity import RetryCallState, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, stop_never, wait_exponential_jitter
+from tenacity.retry import retry_base
 
 #: A server asking us to wait longer than this is not taken literally.
 MAX_RETRY_AFTER: Final = 3600.0
@@ -33,3 +34,33 @@ class Backoff:
         if asked is not None:
             delay = max(delay, min(asked, MAX_RETRY_AFTER))
         return delay
+
+
+def forever(
+    retry: retry_base,
+    initial: float,
+    maximum: float,
+    retry_after: Callable[[RetryCallState], float | None],
+    *,
+    sleep: Callable[[float], Awaitable[None]],
+    before_sleep: Callable[[RetryCallState], Awaitable[None] | None],
+) -> AsyncRetrying:
+    """Retry while `retry` says so, never giving up, waiting by this policy (the metadata
+    client, a sink's deliveries and the dispatcher's spool access all use it)."""
+    return AsyncRetrying(
+        retry=retry,
+        wait=Backoff(initial, maximum, retry_after),
+        stop=stop_never,
+        sleep=sleep,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
+def for_humans(seconds: float) -> str:
+    """A delay as a log line says it: "0.5s", "12s" (never "0s" for a half-second backoff)."""
+    if seconds < 1:
+        return f"{seconds:.2g}s"
+    if seconds < 10:
+        return f"{seconds:.1f}s".replace(".0s", "s")
+    return f"{seconds:.0f}s"

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge import __version__
+from bridge.backoff import for_humans
 from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
+from bridge.spool import SpoolError
 
 if TYPE_CHECKING:
     from bridge.runner import ProviderName
@@ -118,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "path", type=Path, nargs="?", default=None, help=f"file to check (default: ${CONFIG_ENV})"
     )
+    validate.add_argument(
+        "--config", "-c", type=Path, default=None, help="file to check (same as the positional)"
+    )
 
     simulate = commands.add_parser(
         "simulate",
@@ -183,7 +188,7 @@ async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> Provider
         try:
             return await detect(config.source)
         except DetectionError as exc:
-            log.error("%s\nretrying in %.0fs", exc, delay)
+            log.error("%s\nretrying in %s", exc, for_humans(delay))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
             delay = min(delay * 2, 60.0)
@@ -339,8 +344,8 @@ async def _spool(args: argparse.Namespace, config: Config) -> int:
         elif args.spool_command == "replay":
             count = await spool.replay(args.sink, args.seq)
             print(
-                f"replayed {count} event(s); a running bridge delivers them at its next wake-up"
-                " or start"
+                f"replayed {count} event(s); a running bridge sends them within seconds, a "
+                "stopped one when it starts"
             )
         else:
             count = await spool.purge(args.sink, args.seq)
@@ -370,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "demo":
             return asyncio.run(_demo(args))
         if command == "validate-config":
-            config, path = load_config(args.path)
+            config, path = load_config(args.config or args.path)
             where = path or "defaults and environment"
             approving = config.approval.leader != "none" and (
                 config.approval.rules or config.approval.preset
@@ -382,7 +387,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{'leader = ' + config.approval.leader if approving else 'off'})"
             )
             return EXIT_OK
-        config, source = _load(args.config)
+        if command == "spool":
+            from bridge.secrets import placeholders_for_missing
+
+            with placeholders_for_missing():  # the spool commands need the sinks' names only
+                config, source = _load(args.config)
+        else:
+            config, source = _load(args.config)
         runners: dict[str, Any] = {
             "run": lambda: _run(config),
             "once": lambda: _once(config),
@@ -392,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(asyncio.run(runners[command]()))
     except ConfigError as exc:
         print(f"maintenance-bridge: {exc.render()}", file=sys.stderr)
+        return EXIT_CONFIG
+    except SpoolError as exc:
+        print(f"maintenance-bridge: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130

@@ -94,6 +94,8 @@ class Delivery(_Section, frozen=True, kw_only=True):
     shutdown_timeout: NonNegative = 10.0
     #: Per sink; older overflow goes to the dead letters.
     max_pending: Annotated[int, msgspec.Meta(ge=1)] = 100_000
+    #: /healthz fails once the spool has failed to be written (or read) for this long.
+    spool_failure_timeout: Positive = 300.0
 
 
 class Listener(_Section, frozen=True, kw_only=True):
@@ -289,9 +291,44 @@ def load_config(
             raw = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(["file not found"], source) from None
+        except UnicodeDecodeError as exc:
+            problem = f"not UTF-8 text (byte {exc.start}); save the file as UTF-8"
+            raise ConfigError([problem], source) from None
         except OSError as exc:
             raise ConfigError([f"cannot read: {exc.strerror}"], source) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError([f"not valid TOML: {exc}"], source) from None
     raw = apply_env_overrides(raw, environ)
-    return parse_config(raw, source), path
+    try:
+        return parse_config(raw, source), path
+    except ConfigError as exc:
+        raise blame_environment(exc, environ) from None
+
+
+def blame_environment(error: ConfigError, environ: Mapping[str, str]) -> ConfigError:
+    """`error` with each problem of a key set by an environment override naming the variable
+    (the file did not say it; the variable did)."""
+    overridden: dict[str, str] = {}
+    for name in environ:
+        if name.startswith(ENV_PREFIX):
+            parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__") if p]
+            loc = tuple(int(p) if p.isdigit() else p for p in parts)
+            overridden[render_path(loc)] = name
+    problems = []
+    blamed = 0
+    for problem in error.problems:
+        key = problem.split(": ", 1)[0]
+        variable = next(
+            (
+                var
+                for path, var in sorted(overridden.items(), key=lambda item: -len(item[0]))
+                if key == path or key.startswith((path + ".", path + "["))
+            ),
+            None,
+        )
+        if variable is not None:
+            blamed += 1
+            problem = f"{problem} (set by the environment variable {variable})"
+        problems.append(problem)
+    source = "environment" if blamed and blamed == len(problems) else error.source
+    return ConfigError(problems, source)

@@ -24,11 +24,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from functools import partial
+from typing import Final, TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_never
+from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
 
-from bridge.backoff import Backoff
+from bridge.backoff import for_humans, forever
 from bridge.events import parse
 from bridge.spool import Spool, Spooled, SpoolError
 from sinks.base import Ok, Reject, Result, Retry, Sink
@@ -36,6 +37,7 @@ from sinks.base import Ok, Reject, Result, Retry, Sink
 log = logging.getLogger("bridge.dispatch")
 
 Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
 
 #: Events a worker reads from the spool in one query (and acknowledges in one transaction).
 READ_AHEAD: Final = 256
@@ -70,8 +72,11 @@ class Dispatcher:
         retry_initial: float = 0.5,
         retry_max: float = 60.0,
         sleep: Sleep | None = None,
+        spool_check_interval: float = 2.0,
     ) -> None:
         self._spool = spool
+        self._spool_check_interval = spool_check_interval
+        self._other_writers: asyncio.Task[None] | None = None
         self.sinks = list(sinks)
         self._retry_initial = retry_initial
         self._retry_max = retry_max
@@ -90,6 +95,24 @@ class Dispatcher:
         self._tasks = [
             asyncio.create_task(self._worker(sink), name=f"sink:{sink.name}") for sink in self.sinks
         ]
+        self._other_writers = asyncio.create_task(self._watch_other_writers(), name="spool-check")
+
+    async def _watch_other_writers(self) -> None:
+        """Wake the workers when another process committed to the spool.
+
+        `maintenance-bridge spool replay` puts dead letters back from its own process; no
+        wake-up reaches the running bridge, so it checks SQLite's data version (one cheap
+        PRAGMA) every `spool_check_interval` seconds and notifies on a change.
+        """
+        last: int | None = None
+        while True:
+            with contextlib.suppress(SpoolError):
+                version = await self._spool.data_version()
+                if last is not None and version != last:
+                    log.info("the spool was changed by another process; looking for new work")
+                    self.notify()
+                last = version
+            await asyncio.sleep(self._spool_check_interval)
 
     async def stop(self, timeout: float) -> None:
         """Finish in-flight sends and whatever else is ready within `timeout`, then stop.
@@ -99,6 +122,9 @@ class Dispatcher:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self._other_writers is not None:
+            self._other_writers.cancel()
+            await asyncio.gather(self._other_writers, return_exceptions=True)
         self._stopping.set()
         self.notify()
         if self._tasks:
@@ -169,20 +195,21 @@ class Dispatcher:
             )
             log.log(
                 level,
-                "sink %s: %s (attempt %d, %d event(s)); retrying in %.1fs",
+                "sink %s: %s (attempt %d, %d event(s)); retrying in %s",
                 sink.name,
                 reason,
                 state.attempt_number,
                 len(batch),
-                delay,
+                for_humans(delay),
             )
             with contextlib.suppress(SpoolError):
                 await self._spool.record_attempt(sink.name, [i.seq for i in batch], reason)
 
-        retrying = AsyncRetrying(
-            retry=retry_if_result(lambda r: isinstance(r, Retry)),
-            wait=Backoff(self._retry_initial, self._retry_max, _retry_after_of_result),
-            stop=stop_never,
+        retrying = forever(
+            retry_if_result(lambda r: isinstance(r, Retry)),
+            self._retry_initial,
+            self._retry_max,
+            _retry_after_of_result,
             sleep=self._interruptible_sleep,
             before_sleep=before_sleep,
         )
@@ -198,35 +225,61 @@ class Dispatcher:
         try:
             while True:
                 wakeup.clear()
-                try:
-                    window = await self._spool.pending(
-                        name, 1 if single else max(sink.max_batch, READ_AHEAD)
-                    )
-                except SpoolError as exc:
-                    log.error("sink %s: cannot read the spool: %s", name, exc)
-                    if await self._stopped_during_pause(5.0):
-                        return
-                    continue
+                limit = 1 if single else max(sink.max_batch, READ_AHEAD)
+                window = await self._spool_call(
+                    name, "read the spool", partial(self._spool.pending, name, limit)
+                )
                 if not window:
                     single = False
                     if self._stopping.is_set():
                         return
                     await wakeup.wait()
                     continue
-                try:
-                    single = await self._send_window(sink, window, 1 if single else None, acks)
-                except _Stop:
-                    return
-                except SpoolError as exc:
-                    log.error("sink %s: cannot update the spool: %s", name, exc)
-                    acks.forget()  # not acknowledged: sent again after the pause (same ids)
-                    if await self._stopped_during_pause(5.0):
-                        return
+                single = await self._send_window(sink, window, 1 if single else None, acks)
+        except _Stop:
+            return
         finally:
             try:
                 await acks.flush()
             except SpoolError as exc:
                 log.error("sink %s: cannot acknowledge delivered events: %s", name, exc)
+
+    async def _spool_call(self, sink: str, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """`call`, retried while the spool fails, with the backoff of a failing sink.
+
+        A spool that cannot be written must not turn into a storm: delivered events wait in
+        memory for their acknowledgement (they are not sent again meanwhile), and every
+        retry waits like a sink retry, up to `retry_max`. Raises `_Stop` on shutdown.
+        """
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            delay = state.next_action.sleep if state.next_action else 0.0
+            level = logging.ERROR if state.attempt_number in (1, 10) else logging.INFO
+            if state.attempt_number % 100 == 0:
+                level = logging.ERROR
+            log.log(
+                level,
+                "sink %s: cannot %s (attempt %d), retrying in %s: %s",
+                sink,
+                what,
+                state.attempt_number,
+                for_humans(delay),
+                exc,
+            )
+
+        retrying = forever(
+            retry_if_exception_type(SpoolError),
+            self._retry_initial,
+            self._retry_max,
+            lambda _state: None,
+            sleep=self._interruptible_sleep,
+            before_sleep=before_sleep,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await call()
+        raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
     async def _send_window(
         self, sink: Sink, window: list[Spooled], step: int | None, acks: _Acks
@@ -246,9 +299,9 @@ class Dispatcher:
             if isinstance(result, Ok):
                 acks.add(batch)
                 if acks.due():
-                    await acks.flush()
+                    await self._spool_call(name, "acknowledge delivered events", acks.flush)
                 continue
-            await acks.flush()
+            await self._spool_call(name, "acknowledge delivered events", acks.flush)
             if isinstance(result, Reject) and len(batch) > 1:
                 return True
             if isinstance(result, Reject):
@@ -258,20 +311,17 @@ class Dispatcher:
                     batch[0].id,
                     result.reason,
                 )
-                await self._spool.dead_letter(name, [item.seq for item in batch], result.reason)
+                seqs = [item.seq for item in batch]
+                await self._spool_call(
+                    name,
+                    "dead-letter an event",
+                    partial(self._spool.dead_letter, name, seqs, result.reason),
+                )
                 stats.dead_lettered += 1
                 stats.last_error = result.reason
             return step == 1
-        await acks.flush()
+        await self._spool_call(name, "acknowledge delivered events", acks.flush)
         return step == 1
-
-    async def _stopped_during_pause(self, seconds: float) -> bool:
-        """Wait out a spool failure; True when shutdown began (stop, don't spin on it)."""
-        try:
-            await self._interruptible_sleep(seconds)
-        except _Stop:
-            return True
-        return False
 
 
 class _Stop(Exception):
@@ -296,15 +346,13 @@ class _Acks:
     def due(self) -> bool:
         return len(self.seqs) >= READ_AHEAD or time.monotonic() - self.since >= ACK_EVERY
 
-    def forget(self) -> None:
-        self.seqs = []
-
     async def flush(self) -> None:
         """Write the acknowledgements; the stats count an event once it is acknowledged."""
         if not self.seqs:
             return
-        seqs, self.seqs = self.seqs, []
-        await self.spool.ack(self.sink, seqs)
+        seqs = self.seqs
+        await self.spool.ack(self.sink, seqs)  # kept until written: retried, never re-sent
+        self.seqs = []
         self.stats.delivered += len(seqs)
         self.stats.last_success = time.time()
         self.stats.failing_since = None

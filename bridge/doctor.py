@@ -19,6 +19,7 @@ from typing import Literal, TypeVar
 
 from bridge.config import Config
 from bridge.model import Instance
+from bridge.spool import DB_NAME, integrity
 from bridge.watchers.base import Watcher
 from bridge.watchers.http import MetadataClient, MetadataError
 from sinks.base import Ok, Reject, Sink
@@ -175,13 +176,26 @@ class Doctor:
             return
         free = shutil.disk_usage(existing).free
         verdict: Verdict = "ok" if free > 64 * 1024 * 1024 else "warn"
+        spool = directory / DB_NAME
         self.note(
             "state",
             verdict,
             f"{directory} writable, {free / 2**30:.1f} GiB free"
-            + ("" if (directory / "spool.db").exists() else " (no spool yet)"),
+            + ("" if spool.exists() else " (no spool yet)"),
             "" if verdict == "ok" else "the spool needs disk to keep notices through an outage",
         )
+        if spool.exists():
+            found = integrity(spool)
+            if found == "ok":
+                self.note("spool", "ok", f"{spool}: SQLite quick_check ok")
+            else:
+                self.note(
+                    "spool",
+                    "fail",
+                    f"{spool} is damaged: {found}",
+                    f"stop the bridge, move it aside (mv {spool} {spool}.damaged) and start "
+                    "again; recover its notices from the moved file with sqlite3's .recover",
+                )
 
     async def _listener(self) -> None:
         """Is the configured address free, or is a bridge already answering there?"""

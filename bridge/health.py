@@ -18,16 +18,20 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from sinks.base import Health, Sink
 
 if TYPE_CHECKING:
     from bridge.runner import Bridge
+    from bridge.watchers.http import RequestStats
 
 log = logging.getLogger("bridge.health")
 
 Phase = Literal["starting", "detecting", "running", "stopping"]
+#: How long a watcher that failed stays "not ready" after its last failure (longer than the
+#: longest pause between two restarts, so a crash loop never looks ready in between).
+CRASH_MEMORY: Final = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,7 @@ class HealthMonitor:
         checks = [Check("process", True, self.phase)]
         for name, alive in sorted(self.bridge.watch_tasks_alive().items()):
             checks.append(Check(f"watcher:{name}", alive, "watching" if alive else "stopped"))
+        checks.append(spool_check(self.bridge, self.bridge.config.delivery.spool_failure_timeout))
         return checks
 
     def readiness(self) -> list[Check]:
@@ -74,21 +79,21 @@ class HealthMonitor:
             if watcher is None:
                 checks.append(Check(f"metadata:{name}", False, "not started"))
                 continue
-            stats = watcher.stats
-            if watcher.healthy and stats.last_success is not None:
-                age = time.time() - stats.last_success
-                checks.append(Check(f"metadata:{name}", True, f"last answer {age:.0f}s ago"))
-            elif stats.last_success is None and stats.consecutive_failures == 0:
-                checks.append(Check(f"metadata:{name}", False, "waiting for the first answer"))
-            else:
-                causes = ", ".join(f"{cause} x{n}" for cause, n in sorted(stats.errors.items()))
+            checks.append(_metadata_check(f"metadata:{name}", watcher.stats, watcher.healthy))
+            for part, stats in sorted(watcher.parts.items()):
+                ok = stats.consecutive_failures == 0
+                checks.append(_metadata_check(f"metadata:{name}:{part}", stats, ok))
+            crash = bridge.watcher_crashes.get(name)
+            if crash is not None and time.time() - crash.at < CRASH_MEMORY:
                 checks.append(
                     Check(
-                        f"metadata:{name}",
+                        f"watcher:{name}",
                         False,
-                        f"{stats.consecutive_failures} failed request(s) in a row ({causes})",
+                        f"failed {crash.count} time(s), last {time.time() - crash.at:.0f}s ago: "
+                        f"{crash.error}",
                     )
                 )
+        checks.append(spool_check(bridge, None))
         for sink in bridge.sinks:
             delivery = bridge.dispatcher.stats[sink.name]
             health = self.sink_health.get(sink.name)
@@ -140,6 +145,31 @@ async def sink_health(sink: Sink, timeout: float) -> Health:
     except Exception as exc:
         log.exception("sink %s: health check raised", sink.name)
         return Health(False, f"health check raised {type(exc).__name__}: {exc}")
+
+
+def _metadata_check(name: str, stats: RequestStats, healthy: bool) -> Check:
+    """One readiness line for a metadata client, or one part of it (a GCE key)."""
+    if healthy and stats.last_success is not None:
+        age = time.time() - stats.last_success
+        return Check(name, True, f"last answer {age:.0f}s ago")
+    if stats.last_success is None and stats.consecutive_failures == 0:
+        return Check(name, False, "waiting for the first answer")
+    causes = ", ".join(f"{cause} x{n}" for cause, n in sorted(stats.errors.items()))
+    return Check(name, False, f"{stats.consecutive_failures} failed request(s) in a row ({causes})")
+
+
+def spool_check(bridge: Bridge, tolerance: float | None) -> Check:
+    """The spool line: for readiness (`tolerance` None) any failing read or write fails it;
+    for liveness only a failure older than `tolerance` seconds (a full disk that an operator
+    is freeing is not yet a reason to restart; a spool that stays broken is)."""
+    now = time.time()
+    for kind, health in (("writes", bridge.spool.writes), ("reads", bridge.spool.reads)):
+        if health.failing_since is None:
+            continue
+        since = now - health.failing_since
+        if tolerance is None or since > tolerance:
+            return Check("spool", False, f"{kind} failing for {since:.0f}s: {health.last_error}")
+    return Check("spool", True, str(bridge.spool.path))
 
 
 def _word(ok: bool) -> str:

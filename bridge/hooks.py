@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from bridge.audit import OUTPUT_TAIL_BYTES, HookOutcome
 from bridge.config import Hook
+from bridge.timeparse import lenient_time
 
 log = logging.getLogger("bridge.hooks")
 
@@ -52,9 +53,8 @@ def matches(hook: Hook, data: dict[str, Any]) -> bool:
 
 
 def _parse_time(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    """A time of an event we wrote ourselves (RFC 3339), None when absent or unreadable."""
+    return lenient_time(text)[0]
 
 
 def deadline(hook: Hook, data: dict[str, Any]) -> datetime | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from bridge import __version__
 from bridge.prometheus import Exposition
+from bridge.spool import SpoolError
 
 if TYPE_CHECKING:
     from bridge.health import HealthMonitor
@@ -98,6 +99,12 @@ async def render(monitor: HealthMonitor) -> str:
         ],
     )
     out.add(
+        PREFIX + "metadata_skipped_total",
+        "counter",
+        "Events or fields of metadata documents that could not be read and were left out.",
+        [({"provider": name}, w.stats.skipped) for name, w in watchers.items()],
+    )
+    out.add(
         PREFIX + "metadata_up",
         "gauge",
         "1 when the last metadata request succeeded.",
@@ -138,7 +145,10 @@ async def render(monitor: HealthMonitor) -> str:
         "Events moved to the dead letters because the sink's queue hit delivery.max_pending.",
         [({"sink": name}, bridge.spool.overflowed.get(name, 0)) for name in sink_names],
     )
-    depth = await bridge.spool.depth()
+    try:
+        depth = await bridge.spool.depth()
+    except SpoolError:  # /readyz says why; the other figures are still worth having
+        depth = {}
     now = time.time()
     out.add(
         PREFIX + "spool_pending",

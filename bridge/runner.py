@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any, Literal
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.actions import Actions
+from bridge.backoff import for_humans
 from bridge.config import Config
 from bridge.dispatch import Dispatcher
 from bridge.events import TYPE_PREFIX, parse, serialize, to_cloudevent
@@ -78,6 +80,20 @@ def describe(notice: Notice) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class WatcherCrash:
+    """How often a watcher has failed since it last committed an update, and the last error."""
+
+    count: int
+    error: str
+    at: float
+
+    @classmethod
+    def after(cls, previous: WatcherCrash | None, exc: Exception) -> WatcherCrash:
+        count = previous.count + 1 if previous else 1
+        return cls(count, f"{type(exc).__name__}: {exc}"[:300], time.time())
+
+
 @dataclass
 class Bridge:
     """Runs until `stop` is set; see the module docstring."""
@@ -95,6 +111,8 @@ class Bridge:
     #: Notices seen since start, by (provider, kind, status): the metrics' counter.
     notice_counts: Counter[tuple[str, str, str]] = field(init=False, default_factory=Counter)
     _tasks: dict[str, asyncio.Task[None]] = field(init=False, default_factory=dict)
+    #: Watchers that failed and were restarted, by name (readiness reports a crash loop).
+    watcher_crashes: dict[str, WatcherCrash] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         delivery = self.config.delivery
@@ -143,7 +161,12 @@ class Bridge:
                 )
                 return events, plan
             except SpoolError as exc:
-                log.error("cannot spool %d notice(s), retrying in %.0fs: %s", len(rows), delay, exc)
+                log.error(
+                    "cannot spool %d notice(s), retrying in %s: %s",
+                    len(rows),
+                    for_humans(delay),
+                    exc,
+                )
                 await self.sleep(delay)
                 delay = min(delay * 2, 30.0)
 
@@ -158,7 +181,7 @@ class Bridge:
         factory = self.factories[name]
         delay = 1.0
         while True:
-            watcher = factory(await self.spool.load_checkpoint(name))
+            watcher = factory(await self._checkpoint_of(name))
             self.watchers[name] = watcher
             try:
                 instance = await watcher.identify()
@@ -178,16 +201,33 @@ class Bridge:
                     self.dispatcher.notify()
                     self.actions.planned(plan)
                     delay = 1.0
+                    self.watcher_crashes.pop(name, None)
             except asyncio.CancelledError:
                 await watcher.aclose()
                 raise
-            except Exception:
+            except Exception as exc:
                 log.exception(
-                    "%s watcher failed; restarting it from its checkpoint in %.0fs", name, delay
+                    "%s watcher failed; restarting it from its checkpoint in %s",
+                    name,
+                    for_humans(delay),
                 )
+                self.watcher_crashes[name] = WatcherCrash.after(self.watcher_crashes.get(name), exc)
                 await watcher.aclose()
                 await self.sleep(delay)
                 delay = min(delay * 2, 60.0)
+
+    async def _checkpoint_of(self, name: str) -> dict[str, Any] | None:
+        """The watcher's last checkpoint; for Azure with the events approved in any run.
+
+        An approval is recorded in the spool by the actions, not in the checkpoint: after a
+        restart the watcher must still know that an event which vanished while we were down
+        ran (we approved it, so it started) rather than was cancelled.
+        """
+        checkpoint = await self.spool.load_checkpoint(name)
+        if checkpoint is not None and name == "azure":
+            approved = set(checkpoint.get("approved", ())) | await self.actions.approved_ids()
+            checkpoint["approved"] = sorted(approved)
+        return checkpoint
 
     @property
     def notices_seen(self) -> int:

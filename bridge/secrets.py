@@ -10,10 +10,27 @@ from __future__ import annotations
 
 import hmac
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Final, Self
 
 _MASK: Final = "**********"
+_PLACEHOLDERS: ContextVar[bool] = ContextVar("secret_placeholders", default=False)
+
+
+@contextmanager
+def placeholders_for_missing() -> Iterator[None]:
+    """Load a configuration for a command that never uses a secret (`spool list|replay|
+    purge` need only the sinks' names): a secret that cannot be resolved becomes an empty
+    placeholder instead of a configuration error, so the spool can be inspected without the
+    sinks' credentials in the environment."""
+    token = _PLACEHOLDERS.set(True)
+    try:
+        yield
+    finally:
+        _PLACEHOLDERS.reset(token)
 
 
 class Secret:
@@ -37,6 +54,8 @@ class Secret:
         if value.startswith("env:"):
             var = value[4:]
             if var not in os.environ:
+                if _PLACEHOLDERS.get():
+                    return cls("")
                 raise ValueError(f"environment variable {var} is not set")
             return cls(os.environ[var])
         if value.startswith("file:"):
@@ -44,6 +63,8 @@ class Secret:
             try:
                 return cls(path.read_text(encoding="utf-8").strip())
             except OSError as exc:
+                if _PLACEHOLDERS.get():
+                    return cls("")
                 raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from exc
         return cls(value)
 

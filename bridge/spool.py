@@ -97,6 +97,37 @@ class SpoolError(Exception):
     """The spool cannot store or read (disk full, permissions, corruption)."""
 
 
+def integrity(path: Path) -> str:
+    """SQLite's own `quick_check` of the spool at `path`, opened read-only: "ok" or what is
+    wrong (for `doctor`, which must never change the spool a running bridge uses)."""
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        return f"cannot open it: {exc}"
+    try:
+        rows = db.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.Error as exc:
+        return str(exc)
+    finally:
+        db.close()
+    return "; ".join(str(row[0]) for row in rows[:5])
+
+
+@dataclass(slots=True)
+class SpoolHealth:
+    """Since when one kind of spool access (reads or writes) has been failing, and why."""
+
+    failing_since: float | None = None
+    last_error: str | None = None
+
+    def failed(self, error: str) -> None:
+        self.failing_since = self.failing_since or time.time()
+        self.last_error = error
+
+    def succeeded(self) -> None:
+        self.failing_since = None
+
+
 @dataclass(frozen=True, slots=True)
 class Spooled:
     seq: int
@@ -147,12 +178,31 @@ class Spool:
         self._directory = directory
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
         self._db: sqlite3.Connection | None = None
+        #: Whether reading and writing work right now (for readiness and liveness).
+        self.reads = SpoolHealth()
+        self.writes = SpoolHealth()
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(
+        self, fn: Callable[[sqlite3.Connection], T], *, write: bool = False, track: bool = True
+    ) -> T:
+        """Run `fn` on the spool's thread; its outcome sets `reads` or `writes` health unless
+        `track` is False (a PRAGMA that reads no table says nothing about them)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, fn)
+        health = self.writes if write else self.reads
+        try:
+            result = await loop.run_in_executor(self._executor, self._call, fn)
+        except SpoolError as exc:
+            if track:
+                health.failed(str(exc))
+            raise
+        if track:
+            health.succeeded()
+        return result
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(fn, write=True)
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._db is None:
@@ -171,15 +221,33 @@ class Spool:
             raise SpoolError(f"spool {self.path}: {exc}") from exc
 
     def open_sync(self) -> None:
+        """Open (or create) the spool; `SpoolError` with what to do when it cannot be used.
+
+        A spool that is not a database, is damaged or cannot be opened is refused, never set
+        aside automatically: it may hold undelivered notices, and only an operator can decide
+        that they are lost. The error names the file and the way out.
+        """
         try:
             self._directory.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            raise SpoolError(f"cannot open the spool {self.path}: {exc}") from exc
+        try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA busy_timeout=5000")
+            (verdict,) = db.execute("PRAGMA quick_check").fetchone()
+            if verdict != "ok":
+                raise sqlite3.DatabaseError(f"quick_check: {verdict}")
             db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
-            raise SpoolError(f"cannot open the spool at {self.path}: {exc}") from exc
+            db.close()
+            raise SpoolError(
+                f"cannot use the spool {self.path}: {exc}. If it is damaged, move it aside "
+                f"(mv {self.path} {self.path}.damaged, with its -wal file if any) and start again "
+                "with an empty spool; "
+                "the notices it held can be read from the moved file with sqlite3's .recover"
+            ) from exc
         self._db = db
 
     async def open(self) -> None:
@@ -283,7 +351,7 @@ class Spool:
         (bytes) or clears (None) the notices in force.
         """
         sinks, bound = list(self.sinks), self.max_pending
-        added, overflow = await self._run(
+        added, overflow = await self._write(
             lambda db: self._commit(
                 db,
                 events,
@@ -318,7 +386,7 @@ class Spool:
             self._collect(db, seqs)
             db.execute("COMMIT")
 
-        await self._run(_ack)
+        await self._run(_ack, write=True)
 
     async def record_attempt(self, sink: str, seqs: Sequence[int], error: str) -> None:
         def _record(db: sqlite3.Connection) -> None:
@@ -329,7 +397,7 @@ class Spool:
                 [(error, sink, s) for s in seqs],
             )
 
-        await self._run(_record)
+        await self._run(_record, write=True)
 
     async def dead_letter(self, sink: str, seqs: Sequence[int], reason: str) -> None:
         """Move events out of a sink's queue into the dead-letter table, with the reason."""
@@ -347,7 +415,7 @@ class Spool:
                 db.execute("DELETE FROM pending WHERE sink = ? AND seq = ?", (sink, seq))
             db.execute("COMMIT")
 
-        await self._run(_dead)
+        await self._run(_dead, write=True)
 
     @staticmethod
     def _collect(db: sqlite3.Connection, seqs: Sequence[int]) -> None:
@@ -373,6 +441,17 @@ class Spool:
             return [Spooled(seq, id_, bytes(body), attempts) for seq, id_, body, attempts in rows]
 
         return await self._run(_pending)
+
+    async def data_version(self) -> int:
+        """SQLite's `PRAGMA data_version`: changes when another process commits to the spool
+        (`maintenance-bridge spool replay`), not when this connection does. One cheap read:
+        the dispatcher checks it while idle to notice a replay without a wake-up."""
+
+        def _version(db: sqlite3.Connection) -> int:
+            (version,) = db.execute("PRAGMA data_version").fetchone()
+            return int(version)
+
+        return await self._run(_version, track=False)
 
     async def load_checkpoint(self, name: str) -> dict[str, Any] | None:
         def _load(db: sqlite3.Connection) -> dict[str, Any] | None:
@@ -456,7 +535,7 @@ class Spool:
             db.execute("COMMIT")
             return len(chosen)
 
-        return await self._run(_replay)
+        return await self._run(_replay, write=True)
 
     async def purge(self, sink: str | None = None, seqs: Sequence[int] | None = None) -> int:
         """Delete dead letters for good; return how many."""
@@ -470,4 +549,4 @@ class Spool:
             db.execute("COMMIT")
             return len(chosen)
 
-        return await self._run(_purge)
+        return await self._run(_purge, write=True)

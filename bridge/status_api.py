@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from bridge.events import as_dict
 from bridge.listener import Handler, Request, Response
+from bridge.timeparse import lenient_time
 
 if TYPE_CHECKING:
     from bridge.health import HealthMonitor
@@ -35,9 +36,8 @@ BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
 
 
 def _time(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    """A time of an event we wrote ourselves (RFC 3339), None when absent or unreadable."""
+    return lenient_time(text)[0]
 
 
 def _summary(event: dict[str, Any], now: datetime) -> dict[str, Any]:

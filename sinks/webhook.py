@@ -27,7 +27,6 @@ moment a request is built; they are never logged, never in a reason and never in
 from __future__ import annotations
 
 import collections
-import email.utils
 import logging
 import re
 import ssl
@@ -45,6 +44,7 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.events import serialize
 from bridge.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.secrets import Secret
+from bridge.timeparse import TimeParseError, parse_time
 from bridge.validation import FieldError, HttpUrl
 from sinks import _webhook_signing as signing
 from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
@@ -175,11 +175,11 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        when = parse_time(value)  # an HTTP date; one without a zone is UTC
+    except TimeParseError:
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
@@ -308,7 +308,11 @@ class WebhookSink(Sink):
             return self._disable(status)
         allowed = response.headers.get("webhook-allowed-origin", "").strip()
         rate_text = response.headers.get("webhook-allowed-rate", "*").strip()
-        rate = int(rate_text) if rate_text.isdigit() and int(rate_text) > 0 else None
+        rate = (
+            int(rate_text)
+            if rate_text.isascii() and rate_text.isdigit() and int(rate_text) > 0
+            else None
+        )
         rate_ok = rate_text == "*" or rate is not None
         if 200 <= status < 300 and allowed in (self._origin, "*") and rate_ok:
             self._granted = True

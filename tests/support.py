@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import inspect
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,22 @@ class CheckedSink(MemorySink):
                 raise AssertionError(f"{len(found)} {event_type} event(s), expected {count}")
             await asyncio.sleep(0.02)
         return found
+
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+async def bridge_process(*args: str) -> asyncio.subprocess.Process:
+    """`python -m bridge ARGS` as a child process, its stderr discarded (a fault of the real
+    process is watched through what it serves and writes, not through its log)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bridge",
+        *args,
+        cwd=_ROOT,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
 
 
 def free_port() -> int:

@@ -172,7 +172,7 @@ async def test_send_test_event_delivers_a_valid_test_event_to_each_sink(
     event = assert_valid(json.loads(post.body))
     assert event["type"] == "io.maintenancebridge.test"
     assert event["source"].endswith("/instances/sim-vm-1")
-    assert not (tmp_path / "state" / "spool.db").exists()  # sent directly, never spooled
+    assert not (tmp_path / "state" / "spool.sqlite3").exists()  # sent directly, never spooled
 
 
 async def test_a_test_event_the_receiver_refuses_is_a_failure(
@@ -184,3 +184,28 @@ async def test_a_test_event_the_receiver_refuses_is_a_failure(
     )
     assert code == 1
     assert "refused for good" in line(output, "sink webhook test event")
+
+
+async def test_the_spool_is_found_and_checked_read_only(
+    gce_sim: Simulator, receiver: WebhookReceiver, tmp_path: Path
+) -> None:
+    from bridge.spool import Spool
+
+    spool = Spool(tmp_path / "state", ["webhook"])
+    await spool.open()
+    await spool.close()
+    config = config_file(tmp_path, gce_source(gce_sim), receiver.url)
+    code, output = await doctor(config)
+    assert code == 0, output
+    assert "(no spool yet)" not in line(output, "state")
+    assert "quick_check ok" in line(output, "spool")
+
+    with spool.path.open("r+b") as file:  # damage every table page, keep the file header
+        file.seek(4096)
+        file.write(b"\xff" * (spool.path.stat().st_size - 4096))
+    before = spool.path.read_bytes()
+    code, output = await doctor(config)
+    assert code == 1, output
+    assert " FAIL " in line(output, "spool")
+    assert "move it aside" in output
+    assert spool.path.read_bytes() == before  # read-only: the doctor never repairs or writes

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from datetime import datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
 from bridge.approval import ApprovalRejected
 from bridge.config import AzureSource
 from bridge.http1 import Response
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status
-from bridge.watchers.base import ClientWatcher, Clock, Update, fingerprint, utcnow
+from bridge.timeparse import lenient_time
+from bridge.watchers.base import ClientWatcher, Clock, Update, fingerprint, load_json, utcnow
 from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
 
 log = logging.getLogger("bridge.watchers.azure")
@@ -54,29 +56,44 @@ def new_client(config: AzureSource, **options: Any) -> MetadataClient:
     return MetadataClient(config.imds_url, {"Metadata": "true"}, None, **options)
 
 
-def parse_not_before(value: object) -> datetime | None:
-    """RFC 1123 (`Mon, 11 Apr 2022 22:26:58 GMT`); empty once the event started."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    return parsedate_to_datetime(value)
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A Scheduled Events document: the events that could be read, and those that could not.
+
+    An event is refused (left out, logged once and counted) only when it cannot be told
+    apart or attributed: not an object, no string `EventId`, or `Resources` not a list. Any
+    other odd field costs that field, never the event (see `AzureWatcher._notice`).
+    """
+
+    incarnation: int
+    events: list[dict[str, Any]]
+    refused: list[tuple[str, str]] = field(default_factory=list)
 
 
-def parse_document(body: bytes) -> tuple[int, list[dict[str, Any]]]:
-    """Validate the shape of a Scheduled Events document; ValueError when it is not one."""
-    document = json.loads(body)
+def parse_document(body: bytes) -> Document:
+    """Read a Scheduled Events document; ValueError when the document itself is not one."""
+    document = load_json(body)
     if not isinstance(document, dict):
         raise ValueError("the document is not a JSON object")
     incarnation = document.get("DocumentIncarnation")
     events = document.get("Events")
     if not isinstance(incarnation, int) or not isinstance(events, list):
         raise ValueError("DocumentIncarnation (int) and Events (list) are required")
-    for event in events:
-        if not isinstance(event, dict) or not isinstance(event.get("EventId"), str):
-            raise ValueError("every event needs a string EventId")
-        if not isinstance(event.get("Resources", []), list):
-            raise ValueError(f"event {event['EventId']}: Resources is not a list")
-        parse_not_before(event.get("NotBefore"))  # raises ValueError when unparseable
-    return incarnation, events
+    kept: list[dict[str, Any]] = []
+    refused: list[tuple[str, str]] = []
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            refused.append((f"#{index}", f"event #{index} is not an object"))
+            continue
+        event_id = event.get("EventId")
+        if not isinstance(event_id, str) or not event_id:
+            key = f"#{index}:{fingerprint(event)}"
+            refused.append((key, f"event #{index} has no string EventId"))
+        elif not isinstance(event.get("Resources", []), list):
+            refused.append((event_id, f"event {event_id}: Resources is not a list"))
+        else:
+            kept.append(event)
+    return Document(incarnation, kept, refused)
 
 
 def _parse_instance(response: Response) -> dict[str, Any]:
@@ -110,6 +127,12 @@ class AzureWatcher(ClientWatcher):
         self._sleep = sleep
         self._first_call = True
         self.instance: Instance | None = None
+        #: What was already logged about odd input (event id, what), so a document polled
+        #: every second does not repeat the same warning every second.
+        self._warned: set[tuple[str, str]] = set()
+        #: EventIds this bridge approved (StartRequests answered 200), here or in a run
+        #: before a restart (the runner reads them from the spool): see `diff`.
+        self.approved: set[str] = set(checkpoint.get("approved", ()))
 
     async def identify(self) -> Instance:
         if self.instance is not None:
@@ -154,7 +177,18 @@ class AzureWatcher(ClientWatcher):
             validate=lambda r: parse_document(r.body),
         )
         self._first_call = False
-        return parse_document(response.body)
+        document = parse_document(response.body)
+        for key, reason in document.refused:
+            self._warn_once(key, "refused", "skipped an unreadable event: %s", reason)
+        return document.incarnation, document.events
+
+    def _warn_once(self, event_id: str, what: str, message: str, *args: object) -> None:
+        """Log a problem with one event once, and count it (metric: metadata skipped)."""
+        if (event_id, what) in self._warned:
+            return
+        self._warned.add((event_id, what))
+        self.stats.skipped += 1
+        log.warning(message, *args)
 
     def _mine(self, events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         assert self.instance is not None
@@ -165,23 +199,63 @@ class AzureWatcher(ClientWatcher):
             if any(str(r).casefold() == me for r in event.get("Resources", []))
         }
 
+    def _not_before(self, event_id: str, value: object) -> datetime | None:
+        """NotBefore, or None (with one warning) when it is not a time."""
+        when, problem = lenient_time(value)
+        if problem is not None:
+            self._warn_once(
+                event_id, "NotBefore", "event %s: NotBefore ignored: %s", event_id, problem
+            )
+        return when
+
+    def _text(self, event_id: str, event: dict[str, Any], key: str) -> str | None:
+        """A string field of the event; anything else is dropped (with one warning)."""
+        value = event.get(key)
+        if value is None or isinstance(value, str):
+            return value or None
+        self._warn_once(
+            event_id,
+            key,
+            "event %s: %s is not a string (%s); ignored",
+            event_id,
+            key,
+            type(value).__name__,
+        )
+        return None
+
+    def _duration(self, event_id: str, value: object) -> int | None:
+        """DurationInSeconds: -1 (unknown) and anything that is not a count are None."""
+        if isinstance(value, str) and re.fullmatch(r"\s*[0-9]{1,9}\s*", value):
+            value = int(value)  # a count sent as text is still that count
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value if value >= 0 else None
+        if value is not None:
+            self._warn_once(
+                event_id,
+                "DurationInSeconds",
+                "event %s: DurationInSeconds %r ignored",
+                event_id,
+                value,
+            )
+        return None
+
     def _notice(
         self, event: dict[str, Any], status: Status, revision: str, not_before: datetime | None
     ) -> Notice:
         assert self.instance is not None
-        duration = event.get("DurationInSeconds")
+        event_id: str = event["EventId"]
         return Notice(
             instance=self.instance,
-            kind=KINDS.get(str(event.get("EventType")), Kind.UNKNOWN),
+            kind=KINDS.get(self._text(event_id, event, "EventType") or "", Kind.UNKNOWN),
             status=status,
-            notice_id=event["EventId"],
+            notice_id=event_id,
             observed_at=self._clock(),
             revision=revision,
             not_before=not_before,
-            duration_seconds=duration if isinstance(duration, int) and duration >= 0 else None,
+            duration_seconds=self._duration(event_id, event.get("DurationInSeconds")),
             affected=tuple(str(r) for r in event.get("Resources", [])),
-            origin=ORIGINS.get(str(event.get("EventSource"))),
-            description=event.get("Description") or None,
+            origin=ORIGINS.get(self._text(event_id, event, "EventSource") or ""),
+            description=self._text(event_id, event, "Description"),
             raw=event,
         )
 
@@ -193,9 +267,9 @@ class AzureWatcher(ClientWatcher):
         for event_id, event in mine.items():
             known = self._known.get(event_id)
             status_text = event.get("EventStatus")
-            not_before = parse_not_before(event.get("NotBefore"))
-            if not_before is None and known and known.get("not_before"):
-                not_before = datetime.fromisoformat(known["not_before"])  # kept from Scheduled
+            not_before = self._not_before(event_id, event.get("NotBefore"))
+            if not_before is None and known:
+                not_before = lenient_time(known.get("not_before"))[0]  # kept from Scheduled
             revision = ""
             if status_text == "Started":
                 if not known or known["status"] != "Started":
@@ -203,7 +277,9 @@ class AzureWatcher(ClientWatcher):
                 status_text = "Started"
             else:
                 if status_text != "Scheduled":
-                    log.warning(
+                    self._warn_once(
+                        event_id,
+                        f"EventStatus={status_text!r}",
                         "event %s has unknown EventStatus %r; treated as Scheduled",
                         event_id,
                         status_text,
@@ -220,20 +296,26 @@ class AzureWatcher(ClientWatcher):
             }
         for event_id in [e for e in self._known if e not in mine]:
             known = self._known.pop(event_id)
-            not_before = (
-                datetime.fromisoformat(known["not_before"]) if known.get("not_before") else None
-            )
-            ran_unseen = self._restored and not_before is not None and not_before <= now
+            not_before = lenient_time(known.get("not_before"))[0]
+            # Gone after a gap in which it could have run: its time had come, or we approved
+            # it (an approved event starts at once, whatever its NotBefore said).
+            could_run = event_id in self.approved or (not_before is not None and not_before <= now)
+            ran_unseen = self._restored and could_run
             status = (
                 Status.COMPLETED if known["status"] == "Started" or ran_unseen else Status.CANCELLED
             )
             notices.append(self._notice(known["event"], status, "", not_before))
+            self.approved.discard(event_id)
         self._incarnation = incarnation
         self._restored = False
         return notices
 
     def checkpoint(self) -> dict[str, Any]:
-        state = {"incarnation": self._incarnation, "events": self._known}
+        state = {
+            "incarnation": self._incarnation,
+            "events": self._known,
+            "approved": sorted(self.approved),
+        }
         copy: dict[str, Any] = json.loads(json.dumps(state))  # deep, plain JSON
         return copy
 
@@ -273,3 +355,4 @@ class AzureWatcher(ClientWatcher):
         )
         if response.status != 200:
             raise ApprovalRejected(f"HTTP {response.status}: {response.text[:200]!r}")
+        self.approved.add(event_id)

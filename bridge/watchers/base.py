@@ -59,9 +59,33 @@ class Watcher(Protocol):
         """False while the metadata service cannot be read (for readiness)."""
         ...
 
+    @property
+    def parts(self) -> dict[str, RequestStats]:
+        """Counters per part watched on its own (GCE: per key); empty when just one."""
+        ...
+
     async def aclose(self) -> None:
         """Close the watcher's HTTP connections."""
         ...
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def load_json(body: bytes | str) -> Any:
+    """A metadata answer as JSON; ValueError for anything that is not plain JSON.
+
+    NaN and Infinity are refused (they would be written back as invalid JSON in `raw`), and
+    a document nested too deep for Python's parser is one more malformed document, not a
+    `RecursionError` that escapes the watcher.
+    """
+    try:
+        return json.loads(body, parse_constant=_refuse_constant)
+    except RecursionError as exc:
+        raise ValueError("the document is nested too deeply") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"the document is not UTF-8: {exc}") from exc
 
 
 def fingerprint(value: Any) -> str:
@@ -88,6 +112,10 @@ class ClientWatcher:
     @property
     def healthy(self) -> bool:
         return self._client.stats.consecutive_failures == 0
+
+    @property
+    def parts(self) -> dict[str, RequestStats]:
+        return {}
 
     async def aclose(self) -> None:
         await self._client.aclose()

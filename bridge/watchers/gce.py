@@ -22,11 +22,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from bridge.backoff import for_humans
 from bridge.config import GceSource
 from bridge.http1 import Response
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status, Window
-from bridge.watchers.base import ClientWatcher, Clock, Update, episode_id, fingerprint, utcnow
-from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
+from bridge.timeparse import lenient_time
+from bridge.watchers.base import (
+    ClientWatcher,
+    Clock,
+    Update,
+    episode_id,
+    fingerprint,
+    load_json,
+    utcnow,
+)
+from bridge.watchers.http import MetadataClient, RequestStats, Sleep, _real_sleep
 
 log = logging.getLogger("bridge.watchers.gce")
 
@@ -70,12 +80,6 @@ def new_client(config: GceSource, **options: Any) -> MetadataClient:
     return MetadataClient(config.resolved_url(), {"Metadata-Flavor": "Google"}, FLAVOR, **options)
 
 
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def _parse_bool(value: object) -> bool | None:
     if isinstance(value, bool):
         return value
@@ -93,6 +97,8 @@ class Upcoming:
     window: Window
     can_reschedule: bool | None
     reasons: tuple[str, ...]
+    #: Fields that could not be read and were left out (logged once by the watcher).
+    problems: tuple[str, ...] = ()
 
 
 def parse_upcoming(status: int, body: str) -> dict[str, Any] | None:
@@ -109,27 +115,44 @@ def parse_upcoming(status: int, body: str) -> dict[str, Any] | None:
         raise ValueError(f"HTTP 503: {text[:100]!r}")
     if text in _NOTHING_SCHEDULED_BODIES:
         return None
-    value = json.loads(text)
+    value = load_json(text)
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     return value or None
 
 
 def normalize_upcoming(payload: dict[str, Any]) -> Upcoming:
+    """The payload's fields; one that is not of its documented type is left out, alone."""
+    problems: list[str] = []
+
     def get(snake: str) -> Any:
         return payload.get(snake, payload.get(_FIELDS[snake]))
 
+    def text(snake: str) -> str | None:
+        value = get(snake)
+        if value is None or isinstance(value, str):
+            return value or None
+        problems.append(f"{snake} is not a string ({type(value).__name__})")
+        return None
+
+    def time(snake: str) -> datetime | None:
+        when, problem = lenient_time(get(snake))
+        if problem is not None:
+            problems.append(f"{snake}: {problem}")
+        return when
+
     reasons = get("maintenance_reasons") or ()
     return Upcoming(
-        maintenance_type=get("type"),
-        status=(get("maintenance_status") or None),
+        maintenance_type=text("type"),
+        status=text("maintenance_status"),
         window=Window(
-            start=_parse_time(get("window_start_time")),
-            end=_parse_time(get("window_end_time")),
-            latest_start=_parse_time(get("latest_window_start_time")),
+            start=time("window_start_time"),
+            end=time("window_end_time"),
+            latest_start=time("latest_window_start_time"),
         ),
         can_reschedule=_parse_bool(get("can_reschedule")),
         reasons=tuple(str(r) for r in reasons) if isinstance(reasons, list) else (),
+        problems=tuple(problems),
     )
 
 
@@ -171,6 +194,10 @@ class GceWatcher(ClientWatcher):
         self._sleep = sleep
         self.instance: Instance | None = None
         self._on_host_maintenance: str | None = None
+        #: Per key: its own request counters (readiness has one line per key).
+        self.key_stats: dict[str, RequestStats] = {key: RequestStats() for key in self._keys()}
+        #: Problems with a payload already logged, so a bad field is reported once.
+        self._warned: set[tuple[str, str]] = set()
 
     async def _text(self, key: str) -> str:
         return (await self._client.get(key, validate=_validator(key))).text.strip()
@@ -235,7 +262,7 @@ class GceWatcher(ClientWatcher):
                     Kind(previous["kind"]),
                     Status.COMPLETED,
                     previous["notice_id"],
-                    not_before=_parse_time(previous.get("not_before")),
+                    not_before=lenient_time(previous.get("not_before"))[0],
                     not_before_estimated=bool(previous.get("not_before")),
                     description=f"{key} returned to {value}",
                     raw=raw,
@@ -295,11 +322,11 @@ class GceWatcher(ClientWatcher):
                 if previous.get("status") == Status.STARTED.value
                 else Status.CANCELLED
             )
-            upcoming = normalize_upcoming(old)
+            upcoming = self._normalize(old)
             notice = self._upcoming_notice(upcoming, status, previous["notice_id"], "", raw)
             state.update(notice_id=None, status=None)
             return [notice], state
-        upcoming = normalize_upcoming(payload)
+        upcoming = self._normalize(payload)
         status = Status.STARTED if upcoming.status == "ONGOING" else Status.SCHEDULED
         notice_id = previous.get("notice_id")
         if not notice_id:
@@ -312,6 +339,17 @@ class GceWatcher(ClientWatcher):
         notice = self._upcoming_notice(upcoming, status, notice_id, revision, raw)
         state.update(notice_id=notice_id, status=status.value)
         return [notice], state
+
+    def _normalize(self, payload: dict[str, Any]) -> Upcoming:
+        """`normalize_upcoming`, logging (once per payload) and counting what it left out."""
+        upcoming = normalize_upcoming(payload)
+        digest = fingerprint(payload)
+        for problem in upcoming.problems:
+            if (digest, problem) not in self._warned:
+                self._warned.add((digest, problem))
+                self.stats.skipped += 1
+                log.warning("%s: field ignored: %s", UPCOMING, problem)
+        return upcoming
 
     def _upcoming_notice(
         self, upcoming: Upcoming, status: Status, notice_id: str, revision: str, raw: Any
@@ -355,7 +393,12 @@ class GceWatcher(ClientWatcher):
             timeout = wait + 10.0
 
         response = await self._client.get(
-            key, params=params, timeout=timeout, accept=accept, validate=_validator(key)
+            key,
+            params=params,
+            timeout=timeout,
+            accept=accept,
+            validate=_validator(key),
+            track=self.key_stats.get(key),
         )
         new_etag = response.headers.get("etag") if response.status == 200 else None
         return response.status, response.text, new_etag
@@ -370,12 +413,26 @@ class GceWatcher(ClientWatcher):
         return notices
 
     async def _follow(self, key: str, queue: asyncio.Queue[Update]) -> None:
+        """Follow one key for ever. A value this watcher cannot turn into notices fails this
+        key alone (logged, counted, retried with backoff), never the other keys."""
         etag: str | None = None
+        delay = 1.0
         while True:
             status, body, new_etag = await self._read(key, etag)  # retries until it succeeds
             if etag is not None and new_etag == etag:
                 continue  # timeout_sec elapsed with no change
-            notices = self._apply(key, status, body, new_etag)
+            try:
+                notices = self._apply(key, status, body, new_etag)
+            except Exception:
+                self.key_stats[key].failed("unreadable")
+                log.exception(
+                    "%s: cannot read the new value; retrying in %s", key, for_humans(delay)
+                )
+                await self._sleep(delay)
+                delay = min(delay * 2, 60.0)
+                etag = None  # read it again at once after the pause
+                continue
+            delay = 1.0
             if notices:
                 await queue.put(Update(tuple(notices), self.checkpoint()))
             if new_etag is None:
@@ -387,6 +444,10 @@ class GceWatcher(ClientWatcher):
     def checkpoint(self) -> dict[str, Any]:
         copy: dict[str, Any] = json.loads(json.dumps(self._checkpoint))  # deep, plain JSON
         return copy
+
+    @property
+    def parts(self) -> dict[str, RequestStats]:
+        return self.key_stats
 
     async def watch(self) -> AsyncIterator[Update]:
         await self.identify()

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_never
+from tenacity import RetryCallState, retry_if_exception_type
 
-from bridge.backoff import Backoff
+from bridge.backoff import for_humans, forever
 from bridge.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.prometheus import Histogram
 
@@ -35,10 +35,18 @@ Sleep = Callable[[float], Awaitable[None]]
 class MetadataError(Exception):
     """The metadata service did not give a usable answer (always worth retrying)."""
 
-    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None):
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+        cause: str = "malformed",
+    ):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        #: The counter it was counted under (`RequestStats.errors`).
+        self.cause = cause
 
 
 @dataclass
@@ -48,6 +56,9 @@ class RequestStats:
     requests: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     consecutive_failures: int = 0
+    #: Events or fields of a document that could not be read and were left out (one bad
+    #: event never holds back the rest of its document).
+    skipped: int = 0
     #: Wall-clock time of the last usable answer (None until the first).
     last_success: float | None = None
     #: How long each request took, answered or not (long polls included).
@@ -130,23 +141,25 @@ class MetadataClient:
         except RequestTimeoutError as exc:
             self.stats.durations.observe(time.monotonic() - started)
             self.stats.failed("timeout")
-            raise MetadataError(f"{method} {path}: timed out ({exc})") from exc
+            raise MetadataError(f"{method} {path}: timed out ({exc})", cause="timeout") from exc
         except TransportError as exc:
             self.stats.durations.observe(time.monotonic() - started)
             self.stats.failed("connection")
-            raise MetadataError(f"{method} {path}: {exc}") from exc
+            raise MetadataError(f"{method} {path}: {exc}", cause="connection") from exc
         self.stats.durations.observe(time.monotonic() - started)
         if response.truncated:
             self.stats.failed("malformed")
             raise MetadataError(
                 f"{method} {path}: refused an answer longer than {MAX_ANSWER} bytes",
                 response.status,
+                cause="malformed",
             )
         if 300 <= response.status < 400:
             self.stats.failed("redirect")
             raise MetadataError(
                 f"{method} {path}: refused redirect to {response.headers.get('location', '?')}",
                 response.status,
+                cause="redirect",
             )
         if self._required is not None:
             name, value = self._required
@@ -156,6 +169,7 @@ class MetadataClient:
                     f"{method} {path}: refused a response without '{name}: {value}' "
                     f"(HTTP {response.status}); is something else answering?",
                     response.status,
+                    cause="missing-vendor-header",
                 )
         if response.status not in accept:
             self.stats.failed(str(response.status))
@@ -163,6 +177,7 @@ class MetadataClient:
                 f"{method} {path}: HTTP {response.status}: {response.text[:200]!r}",
                 response.status,
                 _retry_after(response),
+                cause=str(response.status),
             )
         self.stats.succeeded()
         return response
@@ -177,37 +192,68 @@ class MetadataClient:
         timeout: float | None = None,
         accept: Collection[int] = (200,),
         validate: Callable[[Response], object] | None = None,
+        track: RequestStats | None = None,
     ) -> Response:
-        """Like `request_once`, retried until it succeeds (and `validate` does not raise)."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(MetadataError),
-            wait=Backoff(self._retry_initial, self._retry_max, _retry_after_of_error),
-            stop=stop_never,
+        """Like `request_once`, retried until it succeeds (and `validate` does not raise).
+
+        `track` counts this request's failures and success a second time, apart from the
+        client's totals: the GCE watcher keeps one per key, so readiness can tell which key
+        keeps failing while another succeeds.
+        """
+        retrying = forever(
+            retry_if_exception_type(MetadataError),
+            self._retry_initial,
+            self._retry_max,
+            _retry_after_of_error,
             sleep=self._sleep,
             before_sleep=_log_retry,
-            reraise=True,
         )
         async for attempt in retrying:
             with attempt:
-                response = await self.request_once(
-                    method, path, params=params, content=content, timeout=timeout, accept=accept
-                )
-                if validate is not None:
-                    try:
-                        validate(response)
-                    except (ValueError, KeyError, TypeError) as exc:
-                        # An accepted error status the validator refuses (a 503 that is not
-                        # upcoming-maintenance's "nothing scheduled") counts as that status.
-                        ok = response.status == 200
-                        self.stats.failed("malformed" if ok else str(response.status))
-                        what = "malformed answer" if ok else f"HTTP {response.status}"
-                        raise MetadataError(
-                            f"{method} {path}: {what}: {exc}",
-                            response.status,
-                            None if ok else _retry_after(response),
-                        ) from exc
+                try:
+                    response = await self._checked(
+                        method, path, params, content, timeout, accept, validate
+                    )
+                except MetadataError as exc:
+                    if track is not None:
+                        track.failed(exc.cause)
+                    raise
+                if track is not None:
+                    track.succeeded()
                 return response
         raise AssertionError("unreachable: stop_never")  # pragma: no cover
+
+    async def _checked(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        content: bytes | None,
+        timeout: float | None,
+        accept: Collection[int],
+        validate: Callable[[Response], object] | None,
+    ) -> Response:
+        """One attempt of `request`: `request_once`, then `validate` on its answer."""
+        response = await self.request_once(
+            method, path, params=params, content=content, timeout=timeout, accept=accept
+        )
+        if validate is not None:
+            try:
+                validate(response)
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                # An accepted error status the validator refuses (a 503 that is not
+                # upcoming-maintenance's "nothing scheduled") counts as that status.
+                ok = response.status == 200
+                cause = "malformed" if ok else str(response.status)
+                self.stats.failed(cause)
+                what = "malformed answer" if ok else f"HTTP {response.status}"
+                raise MetadataError(
+                    f"{method} {path}: {what}: {exc}",
+                    response.status,
+                    None if ok else _retry_after(response),
+                    cause=cause,
+                ) from exc
+        return response
 
     async def get(self, path: str, **kwargs: Any) -> Response:
         return await self.request("GET", path, **kwargs)
@@ -215,7 +261,7 @@ class MetadataClient:
 
 def _retry_after(response: Response) -> float | None:
     value = response.headers.get("retry-after", "").strip()
-    return float(value) if value.isdigit() else None
+    return float(value) if value.isascii() and value.isdigit() else None
 
 
 def _log_retry(state: RetryCallState) -> None:
@@ -228,8 +274,8 @@ def _log_retry(state: RetryCallState) -> None:
     )
     log.log(
         level,
-        "metadata request failed (attempt %d), retrying in %.1fs: %s",
+        "metadata request failed (attempt %d), retrying in %s: %s",
         state.attempt_number,
-        delay,
+        for_humans(delay),
         exc,
     )
