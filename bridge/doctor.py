@@ -76,7 +76,7 @@ class Doctor:
         await self._sinks(send_test_event)
         return self.findings
 
-    async def _detect(self) -> Literal["gce", "azure"] | None:
+    async def _detect(self) -> Literal["gce", "azure", "aws"] | None:
         from bridge.watchers.detect import DetectionError, detect
 
         source = self.config.source
@@ -87,22 +87,26 @@ class Doctor:
                 "cloud",
                 "fail",
                 str(exc),
-                "run on a GCE or Azure VM, or set source.provider and the metadata URL "
-                "(maintenance-bridge simulate serves both locally)",
+                "run on a GCE, Azure or AWS VM, or set source.provider and the metadata URL "
+                "(maintenance-bridge simulate serves them locally)",
             )
             return None
         how = "detected" if source.provider == "auto" else "set in source.provider"
         self.note("cloud", "ok", f"{provider} ({how})")
         return provider
 
-    def _watcher(self, provider: Literal["gce", "azure"]) -> Watcher:
+    def _watcher(self, provider: Literal["gce", "azure", "aws"]) -> Watcher:
         from bridge.runner import watcher_factory
 
         return watcher_factory(self.config, provider, retry_initial=0.2, retry_max=1.0)(None)
 
-    async def _metadata(self, provider: Literal["gce", "azure"]) -> None:
+    async def _metadata(self, provider: Literal["gce", "azure", "aws"]) -> None:
         """One plain request to the key the bridge watches, with the vendor's header rules."""
         from bridge.watchers import azure, gce
+
+        if provider == "aws":
+            await self._aws_metadata()
+            return
 
         client: MetadataClient
         if provider == "gce":
@@ -128,6 +132,62 @@ class Doctor:
             "metadata",
             "ok",
             f"{client.base_url}{path}: HTTP {response.status}{header}, no redirect, no proxy",
+        )
+
+    async def _aws_metadata(self) -> None:
+        """The IMDSv2 token PUT, then one read with the token.
+
+        A PUT that times out is the classic IMDSv2 failure: the answer leaves the instance
+        with an IP TTL of the hop limit (1 by default) and dies in a container's network
+        namespace, while the request itself arrived. The fix is named, not guessed at.
+        """
+        from bridge.watchers import aws, aws_imds
+
+        settings = self.config.source.aws
+        client = aws.new_client(settings, timeout=self.timeout)
+        put = f"PUT {client.base_url}{aws_imds.TOKEN_PATH}"
+        try:
+            try:
+                response = await client.request_once(
+                    "PUT", aws_imds.TOKEN_PATH, headers={aws_imds.TTL_HEADER: "60"}
+                )
+            except MetadataError as exc:
+                if "timeout" in client.stats.errors:
+                    fallback = "on" if settings.imds_v1_fallback else "off"
+                    self.note(
+                        "metadata",
+                        "fail",
+                        f"{put}: the IMDSv2 token request timed out after {self.timeout:g}s "
+                        f"(imds_v1_fallback is {fallback})",
+                        "the answer to the token PUT does not reach this process: in a "
+                        "container raise the instance's metadata hop limit to 2 (aws ec2 "
+                        "modify-instance-metadata-options --http-put-response-hop-limit 2)",
+                    )
+                else:
+                    self.note(
+                        "metadata",
+                        "fail",
+                        f"{put}: {exc}",
+                        "IMDS must be enabled with IMDSv2 tokens allowed, and nothing "
+                        "(a proxy adding X-Forwarded-For, a firewall) may sit in between",
+                    )
+                return
+            token = response.text.strip()
+            path = aws_imds.SPOT_PATH
+            try:
+                answer = await client.request_once(
+                    "GET", path, headers={aws_imds.TOKEN_HEADER: token}, accept=(200, 404)
+                )
+            except MetadataError as exc:
+                self.note("metadata", "fail", f"{client.base_url}{path}: {exc}")
+                return
+        finally:
+            await client.aclose()
+        self.note(
+            "metadata",
+            "ok",
+            f"{client.base_url}{path}: HTTP {answer.status} with an IMDSv2 token, "
+            "no redirect, no proxy",
         )
 
     async def _identity_and_notices(self, watcher: Watcher) -> None:

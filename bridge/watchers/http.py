@@ -107,6 +107,15 @@ class MetadataClient:
             max_body=MAX_ANSWER,
         )
 
+    @property
+    def retry_initial(self) -> float:
+        """First backoff delay (for callers that retry on their own, like AWS after a 401)."""
+        return self._retry_initial
+
+    @property
+    def retry_max(self) -> float:
+        return self._retry_max
+
     async def aclose(self) -> None:
         await self._client.aclose()
 
@@ -119,13 +128,17 @@ class MetadataClient:
         content: bytes | None = None,
         timeout: float | None = None,
         accept: Collection[int] = (200,),
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
-        """One attempt; raises `MetadataError` unless the status is in `accept`."""
+        """One attempt; raises `MetadataError` unless the status is in `accept`.
+
+        `headers` are added to the vendor's for this request only (AWS: the session token).
+        """
         self.stats.requests += 1
         started = time.monotonic()
         try:
             response = await self._client.request(
-                method, path, params=params, body=content or b"", timeout=timeout
+                method, path, params=params, body=content or b"", timeout=timeout, headers=headers
             )
         except RequestTimeoutError as exc:
             self.stats.durations.observe(time.monotonic() - started)
@@ -177,6 +190,7 @@ class MetadataClient:
         timeout: float | None = None,
         accept: Collection[int] = (200,),
         validate: Callable[[Response], object] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
         """Like `request_once`, retried until it succeeds (and `validate` does not raise)."""
         retrying = AsyncRetrying(
@@ -190,7 +204,13 @@ class MetadataClient:
         async for attempt in retrying:
             with attempt:
                 response = await self.request_once(
-                    method, path, params=params, content=content, timeout=timeout, accept=accept
+                    method,
+                    path,
+                    params=params,
+                    content=content,
+                    timeout=timeout,
+                    accept=accept,
+                    headers=headers,
                 )
                 if validate is not None:
                     try:
