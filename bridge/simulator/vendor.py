@@ -144,6 +144,8 @@ async def _serve(
             response = json_response(429, {"error": "Too many requests"})
         else:
             response = _status_response(provider, 429)
+        if provider == "aws":  # a throttled IMDS client must slow down, not retry at once
+            response.headers["Retry-After"] = "1"
         return _finish(provider, faults, response)
     if faults.hang:
         mark("hang")
