@@ -56,7 +56,7 @@ ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "azure.start": (frozenset({"event_id"}), frozenset()),
     "azure.remove": (frozenset({"event_id"}), frozenset()),
     "azure.approve": (frozenset({"event_id"}), frozenset()),
-    "aws.spot": (frozenset(), frozenset({"action", "time_in"})),
+    "aws.spot": (frozenset(), frozenset({"spot_action", "time_in"})),
     "aws.spot.clear": (frozenset(), frozenset()),
     "aws.rebalance": (frozenset(), frozenset()),
     "aws.rebalance.clear": (frozenset(), frozenset()),

@@ -314,7 +314,8 @@ class Simulator:
     def _execute_aws(self, action: str, params: dict[str, Any], at: float) -> None:
         aws = self.aws
         if action == "aws.spot":
-            aws.interrupt(**params, at=at)
+            action_name = str(params.get("spot_action", "terminate"))
+            aws.interrupt(action_name, float(params.get("time_in", 120.0)), at=at)
         elif action == "aws.spot.clear":
             aws.clear_spot()
         elif action == "aws.rebalance":
