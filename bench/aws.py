@@ -18,7 +18,7 @@ import random
 import time
 from pathlib import Path
 
-from bench.latency import until
+from bench.latency import first_answer, until
 from bench.procs import Proc, bridge_config, start_bridge, stopped_on_exit, webhook
 from bench.receiver import Receiver
 from bench.stats import Series
@@ -26,20 +26,6 @@ from bridge.simulator import Simulator
 
 SPOT = "spot/instance-action"
 POLLS = {"aws-1s": 1.0, "aws-0.25s": 0.25}
-
-
-def answered_with(sim: Simulator, status: int, after: float) -> float | None:
-    """When the simulator first answered instance-action with `status` at or after `after`."""
-    for record in sim.requests:
-        if (
-            record.method == "GET"
-            and record.path.endswith(SPOT)
-            and record.answered is not None
-            and record.answered >= after
-            and record.status == status
-        ):
-            return record.answered
-    return None
 
 
 async def latency(
@@ -97,7 +83,7 @@ async def latency(
                     if record.get("status") != expected:
                         raise RuntimeError(f"{name}: got {record.get('status')}, not {expected}")
                     t0 = at[name]
-                    answered = answered_with(sims[name], 200 if appears else 404, t0)
+                    answered = first_answer(sims[name], SPOT, t0, 200 if appears else 404)
                     if answered is not None:
                         series[name].add(t0, answered, record["at"])
             for proc in procs:
