@@ -274,3 +274,13 @@ async def test_restart_while_notices_are_under_way(aws_sim: Simulator, tmp_path:
     assert again.sink.summary() == [("reboot", "cancelled"), ("preempt", "completed")]
     ids = {e["id"] for e in first}
     assert not ids & {e["id"] for e in again.sink.dicts()}
+
+
+async def test_redirects_are_refused_not_followed(aws_sim: Simulator, tmp_path: Path) -> None:
+    async with running_bridge(aws_sim, tmp_path, AWS) as run:
+        await run.settle(0.3)
+        aws_sim.faults.set(provider="aws", redirect=3)
+        aws_sim.aws.interrupt("terminate")
+        await run.wait_for(1, timeout=20)
+        assert watcher_of(run).stats.errors.get("redirect") == 3
+    assert aws_sim.redirects_followed == 0
