@@ -284,3 +284,22 @@ async def test_redirects_are_refused_not_followed(aws_sim: Simulator, tmp_path: 
         await run.wait_for(1, timeout=20)
         assert watcher_of(run).stats.errors.get("redirect") == 3
     assert aws_sim.redirects_followed == 0
+
+
+async def test_a_broken_scheduled_events_answer_does_not_hold_up_the_spot_notice(
+    aws_sim: Simulator, tmp_path: Path
+) -> None:
+    event_id = aws_sim.aws.add_event(code="system-reboot", not_before_in=3600)
+    event = aws_sim.aws.find(event_id)
+    assert event is not None
+    event.not_before = "sometime soon"  # IMDS serves an array the watcher cannot read
+    async with running_bridge(aws_sim, tmp_path, AWS) as run:
+        await run.settle(0.5)
+        aws_sim.aws.interrupt("terminate")
+        (started,) = await run.wait_for(1)
+        assert watcher_of(run).stats.errors.get("malformed", 0) >= 2  # tried every poll
+        event.not_before = "21 Jan 2033 09:00:43 GMT"  # readable again
+        events = await run.wait_for(2)
+        assert (await run.settle()) == events
+    assert run.sink.summary() == [("preempt", "started"), ("reboot", "scheduled")]
+    assert started["data"]["kind"] == "preempt"

@@ -4,7 +4,9 @@ scheduled events and the Auto Scaling lifecycle state, mapped onto the one contr
 Four signals, none of them pushed, so all are polled: the Spot instance-action and the
 rebalance recommendation every `poll_interval` (a Spot interruption gives two minutes), the
 scheduled events and the target lifecycle state every `maintenance_poll_interval` (they give
-days, or the lifecycle hook's minutes). 404 means "nothing" on every path.
+days, or the lifecycle hook's minutes). 404 means "nothing" on every path. Only the Spot
+notice is retried until read; the other paths are read once per poll, so that one that keeps
+failing never holds up the two-minute warning (a failed read changes nothing).
 
 | IMDS                                        | kind      | status                       |
 |---------------------------------------------|-----------|------------------------------|
@@ -43,7 +45,7 @@ from bridge.config import AwsSource
 from bridge.model import Instance, Kind, Notice, Origin, Provider, Status, Window
 from bridge.watchers import aws_imds as imds
 from bridge.watchers.base import ClientWatcher, Clock, Update, fingerprint, utcnow
-from bridge.watchers.http import MetadataClient, Sleep, _real_sleep
+from bridge.watchers.http import MetadataClient, MetadataError, Sleep, _real_sleep
 
 log = logging.getLogger("bridge.watchers.aws")
 T = TypeVar("T")
@@ -135,6 +137,8 @@ class AwsWatcher(ClientWatcher):
         )
         self._restore(checkpoint or {})
         self._next_maintenance = 0.0
+        #: Paths whose last single-attempt read failed (logged once per streak).
+        self._failing: set[str] = set()
         self.instance: Instance | None = None
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
@@ -177,6 +181,57 @@ class AwsWatcher(ClientWatcher):
             if unauthorized > 1:
                 delay = self._client.retry_initial * 2 ** (unauthorized - 2)
                 await self._sleep(min(delay, self._client.retry_max))
+
+    async def _attempt(self, path: str, parse: Callable[[bytes], T]) -> tuple[bool, T | None]:
+        """One read that may fail without holding up the other signals: (read, value).
+
+        Every path but the Spot notice is read this way: a rebalance or scheduled-events
+        answer that stays broken must not stall the two-minute warning. A failure leaves
+        that signal's state as it was, and the next poll tries again; a 401 renews the
+        token and tries once more at once.
+        """
+        for _ in range(2):
+            headers = await self.session.headers()
+            try:
+                response = await self._client.request_once(
+                    "GET", path, accept=(200, 401, 404), headers=headers
+                )
+                if response.status == 404:
+                    self._recovered(path)
+                    return True, None
+                if response.status == 200:
+                    value = self._parsed(response.body, parse)
+                    self._recovered(path)
+                    return True, value
+            except (MetadataError, ValueError) as exc:
+                self._failed(path, exc)
+                return False, None
+            self._client.stats.failed("401")
+            self.session.invalidate()
+        self._failed(path, "HTTP 401 with a fresh token")
+        return False, None
+
+    def _parsed(self, body: bytes, parse: Callable[[bytes], T]) -> T:
+        try:
+            return parse(body)
+        except ValueError:
+            self._client.stats.failed("malformed")
+            raise
+
+    def _failed(self, path: str, why: object) -> None:
+        first = path not in self._failing
+        self._failing.add(path)
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "%s: %s; the other signals go on, this one is read again at the next poll",
+            path,
+            why,
+        )
+
+    def _recovered(self, path: str) -> None:
+        if path in self._failing:
+            self._failing.discard(path)
+            log.info("%s: readable again", path)
 
     async def identify(self) -> Instance:
         if self.instance is None:
@@ -386,18 +441,34 @@ class AwsWatcher(ClientWatcher):
 
     # -- polling -----------------------------------------------------------------------------
     async def _poll(self, maintenance: bool) -> list[Notice]:
-        notices = self.diff_rebalance(await self._read(imds.REBALANCE_PATH, imds.parse_rebalance))
-        notices += self.diff_spot(await self._read(imds.SPOT_PATH, imds.parse_instance_action))
+        """Read the signals due, then diff them (the rebalance recommendation first, so that
+        it comes before an interruption seen in the same poll)."""
+        rebalance_read, recommendation = await self._attempt(
+            imds.REBALANCE_PATH, imds.parse_rebalance
+        )
+        action = await self._read(imds.SPOT_PATH, imds.parse_instance_action)
+        notices = self.diff_rebalance(recommendation) if rebalance_read else []
+        notices += self.diff_spot(action)
         if maintenance:
-            events = await self._read(imds.SCHEDULED_PATH, imds.parse_scheduled) or []
-            history = None
-            if any(event_id not in {e["EventId"] for e in events} for event_id in self._events):
-                history = await self._read(imds.HISTORY_PATH, imds.parse_scheduled)
-            notices += self.diff_scheduled(events, history)
-            notices += self.diff_lifecycle(
-                await self._read(imds.LIFECYCLE_PATH, imds.parse_lifecycle)
-            )
+            notices += await self._poll_scheduled()
+            lifecycle_read, state = await self._attempt(imds.LIFECYCLE_PATH, imds.parse_lifecycle)
+            if lifecycle_read:
+                notices += self.diff_lifecycle(state)
         return notices
+
+    async def _poll_scheduled(self) -> list[Notice]:
+        """The scheduled events, and the history when an event left the list; nothing is
+        decided on a failed read (an event is never guessed over because history failed)."""
+        read, events = await self._attempt(imds.SCHEDULED_PATH, imds.parse_scheduled)
+        if not read:
+            return []
+        listed = {e["EventId"] for e in events or []}
+        history = None
+        if any(event_id not in listed for event_id in self._events):
+            read, history = await self._attempt(imds.HISTORY_PATH, imds.parse_scheduled)
+            if not read:
+                return []
+        return self.diff_scheduled(events or [], history)
 
     async def watch(self) -> AsyncIterator[Update]:
         await self.identify()
