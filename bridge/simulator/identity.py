@@ -1,4 +1,5 @@
-"""The VM identity the simulator serves (GCE identity keys and Azure instance metadata).
+"""The VM identity the simulator serves (GCE identity keys, Azure instance metadata and the
+AWS instance identity document).
 
 Kept separate so scenarios (e.g. the vendor's WestNO_0 freeze example) and callers can
 override single fields without restating the whole identity.
@@ -58,7 +59,8 @@ class AzureIdentity:
 
 @dataclass(frozen=True)
 class AwsIdentity:
-    """The instance identity document's fields (defaults: aws/amazon-ec2-metadata-mock's)."""
+    """The instance identity document's fields (defaults: aws/amazon-ec2-metadata-mock's, with
+    the 12-digit account id of the AWS documentation's examples)."""
 
     instance_id: str = "i-1234567890abcdef0"
     account_id: str = "123456789012"

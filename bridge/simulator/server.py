@@ -1,4 +1,5 @@
-"""The :class:`Simulator`: one aiohttp server that plays GCE, Azure, or both, plus ``/_sim/``.
+"""The :class:`Simulator`: one aiohttp server that plays GCE, Azure, AWS or several of them,
+plus ``/_sim/``.
 
 It owns the simulated clock, the provider states, the faults, the request log and the
 scenario timeline.  All state lives on the event loop thread; :mod:`.threaded` marshals calls
@@ -46,7 +47,8 @@ _UPCOMING_TIME_FIELDS = {
 
 
 class Simulator:
-    """Local GCE metadata server and/or Azure IMDS Scheduled Events, scriptable and faultable.
+    """Local GCE metadata server, Azure IMDS Scheduled Events and/or AWS EC2 IMDS, scriptable
+    and faultable.
 
     Use ``async with Simulator(...) as sim`` (or ``await sim.start()`` / ``await sim.stop()``).
     """
