@@ -4,13 +4,17 @@ aws/amazon-ec2-metadata-mock, seen through a plain HTTP client (httpx)."""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+import requests
 
-from bridge.simulator import Simulator, load_scenario
+from bridge.simulator import Simulator, SimulatorThread, load_scenario
+
+from .test_threaded_and_cli import _start_cli
 
 TTL = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN = "X-aws-ec2-metadata-token"
@@ -201,3 +205,29 @@ async def test_scenarios_play_their_timelines() -> None:
         sim.clock.advance(scenario.duration)
         assert sim.aws.scheduled() == []
         assert [e["State"] for e in sim.aws.past()] == ["completed"]
+
+
+def test_the_thread_proxies_aws() -> None:
+    with SimulatorThread(provider="aws") as sim:
+        sim.aws.quirks.v2_required = True
+        assert sim.aws.quirks.v2_required is True
+        sim.aws.interrupt("stop")
+        answer = requests.get(sim.aws_url + SPOT, timeout=5)
+        assert answer.status_code == 401  # IMDSv2 required, no token
+        assert sim.aws.spot is not None
+        assert sim.aws.spot["action"] == "stop"
+
+
+def test_the_cli_serves_aws_and_prints_where() -> None:
+    proc = _start_cli("--port", "0", "--provider", "aws", "--scenario", "aws-asg-scale-in")
+    try:
+        assert proc.stdout is not None
+        text = "".join(proc.stdout.readline() for _ in range(5))
+        assert "AWS IMDS" in text
+        assert "source.aws.imds_url = http://127.0.0.1:" in text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
