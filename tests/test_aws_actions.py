@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge.audit import HOOK_COMPLETED
+from bridge.audit import APPROVED, HOOK_COMPLETED
 from bridge.health import HealthMonitor
 from bridge.metrics import render
 from bridge.runner import ProviderName
@@ -55,3 +55,13 @@ async def test_eligible_and_metrics_see_aws_notices(aws_sim: Simulator, tmp_path
         'maintenance_bridge_notices_total{provider="aws",kind="preempt",status="started"} 1'
         in metrics
     )
+
+
+async def test_approval_rules_never_act_on_aws_notices(aws_sim: Simulator, tmp_path: Path) -> None:
+    settings = {"approval": {"leader": "self", "rules": [{"action": "approve"}]}}
+    async with running_bridge(aws_sim, tmp_path, AWS, settings=settings) as run:
+        aws_sim.aws.add_event(code="system-reboot", not_before_in=3600)
+        (scheduled,) = await run.wait_for(1)
+        assert (await run.settle()) == [scheduled]  # no approval event follows
+    assert run.sink.of_type(APPROVED) == []
+    assert [r.method for r in aws_sim.requests if r.method not in ("GET", "PUT")] == []
