@@ -9,6 +9,7 @@ without a valid token would fail.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,18 @@ async def test_a_broken_scheduled_events_answer_does_not_hold_up_the_spot_notice
         assert (await run.settle()) == events
     assert run.sink.summary() == [("preempt", "started"), ("reboot", "scheduled")]
     assert started["data"]["kind"] == "preempt"
+
+
+async def test_a_token_put_that_times_out_is_named_and_retried(
+    aws_sim: Simulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    aws_sim.aws.quirks.token_put_timeout = True  # the hop-limit symptom
+    caplog.set_level(logging.WARNING, logger="bridge.watchers.aws")
+    async with running_bridge(aws_sim, tmp_path, AWS, aws={"request_timeout": 0.3}) as run:
+        await eventually(lambda: "hop limit must be 2" in caplog.text)
+        aws_sim.aws.quirks.token_put_timeout = False  # the hop limit was raised
+        aws_sim.aws.interrupt("terminate")
+        await run.wait_for(1, timeout=20)
+    assert caplog.text.count("hop limit must be 2") == 1
+    reads = [r for r in aws_sim.requests if r.path != "/latest/api/token"]
+    assert all(r.headers.get(TOKEN) for r in reads)  # never fell back to IMDSv1

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
-from bridge.http1 import Response
+from bridge.http1 import RequestTimeoutError, Response
 from bridge.watchers.http import MetadataClient, MetadataError
 
 log = logging.getLogger("bridge.watchers.aws")
@@ -179,6 +179,7 @@ class TokenSession:
         self.issued = 0
         #: True while reading without a token (only with `imds_v1_fallback`).
         self.using_v1 = False
+        self._hinted = False  # the hop-limit hint is logged once
 
     def invalidate(self) -> None:
         """Forget the token (after a 401): the next request fetches a new one."""
@@ -194,13 +195,13 @@ class TokenSession:
         return {TOKEN_HEADER: self._token} if self._token else {}
 
     async def _renew(self, started: float) -> None:
+        """One PUT first (it decides the IMDSv1 fallback and names the hop limit), then,
+        if it failed, the PUT retried with backoff until IMDS gives a token."""
         ttl_header = {TTL_HEADER: str(self._ttl)}
-        token: str | None = None
-        if self._v1_fallback:
-            outcome = await self._try_once(ttl_header, started)
-            if outcome is True:
-                return
-            token = outcome or None
+        outcome = await self._try_once(ttl_header, started)
+        if outcome is True:
+            return
+        token = outcome or None
         if token is None:
             response = await self._client.request(
                 "PUT", TOKEN_PATH, headers=ttl_header, validate=_token_of
@@ -212,14 +213,22 @@ class TokenSession:
         self._renew_at = started + self._ttl - min(60.0, self._ttl * 0.2)
 
     async def _try_once(self, ttl_header: dict[str, str], started: float) -> str | bool:
-        """One token PUT: the token; True when IMDSv2 is unavailable, so IMDSv1 is used for a
-        while; False after any other failure (a 5xx, a 429), which is then retried as usual."""
+        """One token PUT: the token; True when IMDSv2 is unavailable and `imds_v1_fallback`
+        lets IMDSv1 be used for a while; False after any other failure (then retried)."""
         try:
             return _token_of(await self._client.request_once("PUT", TOKEN_PATH, headers=ttl_header))
         except ValueError:
             return False
         except MetadataError as exc:
-            if exc.status not in V1_FALLBACK_STATUSES:
+            timed_out = isinstance(exc.__cause__, RequestTimeoutError)
+            if timed_out and not self._hinted:
+                self._hinted = True
+                log.warning(
+                    "the IMDSv2 token PUT timed out: in a container the instance's metadata "
+                    "hop limit must be 2 (aws ec2 modify-instance-metadata-options "
+                    "--http-put-response-hop-limit 2); see docs/aws.md"
+                )
+            if not self._v1_fallback or exc.status not in V1_FALLBACK_STATUSES:
                 return False
             if not self.using_v1:
                 log.warning(
