@@ -135,60 +135,11 @@ class Doctor:
         )
 
     async def _aws_metadata(self) -> None:
-        """The IMDSv2 token PUT, then one read with the token.
+        """The IMDSv2 token PUT, then one read with it (bridge/watchers/aws_imds.py)."""
+        from bridge.watchers import aws_imds
 
-        A PUT that times out is the classic IMDSv2 failure: the answer leaves the instance
-        with an IP TTL of the hop limit (1 by default) and dies in a container's network
-        namespace, while the request itself arrived. The fix is named, not guessed at.
-        """
-        from bridge.watchers import aws, aws_imds
-
-        settings = self.config.source.aws
-        client = aws.new_client(settings, timeout=self.timeout)
-        put = f"PUT {client.base_url}{aws_imds.TOKEN_PATH}"
-        try:
-            try:
-                response = await client.request_once(
-                    "PUT", aws_imds.TOKEN_PATH, headers={aws_imds.TTL_HEADER: "60"}
-                )
-            except MetadataError as exc:
-                if "timeout" in client.stats.errors:
-                    fallback = "on" if settings.imds_v1_fallback else "off"
-                    self.note(
-                        "metadata",
-                        "fail",
-                        f"{put}: the IMDSv2 token request timed out after {self.timeout:g}s "
-                        f"(imds_v1_fallback is {fallback})",
-                        "the answer to the token PUT does not reach this process: in a "
-                        "container raise the instance's metadata hop limit to 2 (aws ec2 "
-                        "modify-instance-metadata-options --http-put-response-hop-limit 2)",
-                    )
-                else:
-                    self.note(
-                        "metadata",
-                        "fail",
-                        f"{put}: {exc}",
-                        "IMDS must be enabled with IMDSv2 tokens allowed, and nothing "
-                        "(a proxy adding X-Forwarded-For, a firewall) may sit in between",
-                    )
-                return
-            token = response.text.strip()
-            path = aws_imds.SPOT_PATH
-            try:
-                answer = await client.request_once(
-                    "GET", path, headers={aws_imds.TOKEN_HEADER: token}, accept=(200, 404)
-                )
-            except MetadataError as exc:
-                self.note("metadata", "fail", f"{client.base_url}{path}: {exc}")
-                return
-        finally:
-            await client.aclose()
-        self.note(
-            "metadata",
-            "ok",
-            f"{client.base_url}{path}: HTTP {answer.status} with an IMDSv2 token, "
-            "no redirect, no proxy",
-        )
+        verdict, detail, fix = await aws_imds.check(self.config.source.aws, self.timeout)
+        self.note("metadata", verdict, detail, fix)
 
     async def _identity_and_notices(self, watcher: Watcher) -> None:
         try:

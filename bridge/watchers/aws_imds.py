@@ -22,10 +22,13 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from bridge.http1 import RequestTimeoutError, Response
 from bridge.watchers.http import MetadataClient, MetadataError
+
+if TYPE_CHECKING:
+    from bridge.config import AwsSource
 
 log = logging.getLogger("bridge.watchers.aws")
 
@@ -271,3 +274,52 @@ async def probe(url: str, timeout: float) -> str | None:
         return None
     finally:
         await client.aclose()
+
+
+async def check(settings: AwsSource, timeout: float) -> tuple[Literal["ok", "fail"], str, str]:
+    """`doctor`'s metadata check on AWS: (verdict, detail, fix).
+
+    The token PUT, then one read with the token. A PUT that times out is the classic IMDSv2
+    failure: the answer leaves the instance with an IP TTL of the hop limit (1 by default)
+    and dies in a container's network namespace, while the request itself arrived. The fix
+    is named, not guessed at.
+    """
+    client = MetadataClient(settings.imds_url, {}, None, timeout=timeout)
+    put = f"PUT {client.base_url}{TOKEN_PATH}"
+    try:
+        try:
+            response = await client.request_once("PUT", TOKEN_PATH, headers={TTL_HEADER: "60"})
+            token = _token_of(response)
+        except MetadataError as exc:
+            if isinstance(exc.__cause__, RequestTimeoutError):
+                fallback = "on" if settings.imds_v1_fallback else "off"
+                return (
+                    "fail",
+                    f"{put}: the IMDSv2 token request timed out after {timeout:g}s "
+                    f"(imds_v1_fallback is {fallback})",
+                    "the answer to the token PUT does not reach this process: in a container "
+                    "raise the instance's metadata hop limit to 2 (aws ec2 "
+                    "modify-instance-metadata-options --http-put-response-hop-limit 2)",
+                )
+            return (
+                "fail",
+                f"{put}: {exc}",
+                "IMDS must be enabled with IMDSv2 tokens allowed, and nothing (a proxy adding "
+                "X-Forwarded-For, a firewall) may sit in between",
+            )
+        except ValueError as exc:
+            return "fail", f"{put}: {exc}", "is something other than EC2 IMDS answering?"
+        try:
+            answer = await client.request_once(
+                "GET", SPOT_PATH, headers={TOKEN_HEADER: token}, accept=(200, 404)
+            )
+        except MetadataError as exc:
+            return "fail", f"{client.base_url}{SPOT_PATH}: {exc}", ""
+    finally:
+        await client.aclose()
+    return (
+        "ok",
+        f"{client.base_url}{SPOT_PATH}: HTTP {answer.status} with an IMDSv2 token, "
+        "no redirect, no proxy",
+        "",
+    )
