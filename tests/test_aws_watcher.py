@@ -319,3 +319,16 @@ async def test_a_token_put_that_times_out_is_named_and_retried(
     assert caplog.text.count("hop limit must be 2") == 1
     reads = [r for r in aws_sim.requests if r.path != "/latest/api/token"]
     assert all(r.headers.get(TOKEN) for r in reads)  # never fell back to IMDSv1
+
+
+async def test_a_changed_spot_notice_is_announced_again(aws_sim: Simulator, tmp_path: Path) -> None:
+    async with running_bridge(aws_sim, tmp_path, AWS) as run:
+        aws_sim.aws.interrupt("stop", time_in=120)
+        await run.wait_for(1)
+        aws_sim.aws.interrupt("terminate", time_in=60)  # the platform changed its mind
+        first, second = await run.wait_for(2)
+        assert (await run.settle()) == [first, second]
+    assert run.sink.summary() == [("preempt", "started"), ("preempt", "started")]
+    assert second["data"]["notice_id"] == first["data"]["notice_id"]
+    assert second["id"] != first["id"]
+    assert second["data"]["raw"]["action"] == "terminate"
