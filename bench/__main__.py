@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import drain, idle, latency, startup
+from bench import aws, drain, idle, latency, startup
 from bench.procs import ROOT, spawn
 from bench.profiles import by_package
 from bench.receiver import Receiver
@@ -91,6 +91,9 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
         results.azure = await latency.azure(
             sizes.transitions, workdir, receiver, sizes.azure_spacing
         )
+        aws_transitions = max(2, sizes.transitions // 2)
+        step(f"latency: {aws_transitions} AWS transitions (1 s, 0.25 s)")
+        results.aws = await aws.latency(aws_transitions, workdir, receiver)
         step(f"idle cost and footprint: {sizes.idle_seconds:g} s")
         results.idle = await idle.measure(sizes.idle_seconds, sizes.idle_warmup, workdir, receiver)
         step(f"start-up: {sizes.startup_runs} run(s) each")

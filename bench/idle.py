@@ -1,9 +1,10 @@
 """Idle cost and footprint: the bridge watching with no notices, as a process, for a while.
 
 All watchers idle at once against one simulator (Azure's rate limit off, since several
-clients share 127.0.0.1): the bridge on GCE (long poll, 60 s timeout) and on Azure (1 s poll)
-with only the webhook sink, the bridge on GCE with each cloud sink configured (pointed at
-loopback, nothing to send), and the two vendor samples. CPU time is user + system of the
+clients share 127.0.0.1): the bridge on GCE (long poll, 60 s timeout), on Azure (1 s poll)
+and on AWS (IMDSv2, 1 s poll, scheduled events every 60 s) with only the webhook sink, the
+bridge on GCE with each cloud sink configured (pointed at loopback, nothing to send), and the
+two vendor samples. CPU time is user + system of the
 process over the window after a warm-up, scaled to an hour; footprint is the peak RSS
 (VmHWM) over the whole life of the process.
 """
@@ -30,19 +31,26 @@ class Idle:
 
 
 async def measure(seconds: float, warmup: float, workdir: Path, receiver: Receiver) -> list[Idle]:
-    async with Simulator(provider="both") as sim:
+    async with Simulator(provider="all") as sim:
         sim.faults.set("azure", rate_limit=False)
         webhook = [webhook_sink(receiver.url("idle"))]
 
         def config(name: str, provider: str, sinks: list[dict[str, object]]) -> dict[str, object]:
             return bridge_config(
-                workdir / name, provider, sinks, gce_url=sim.gce_url, azure_url=sim.azure_url
+                workdir / name,
+                provider,
+                sinks,
+                gce_url=sim.gce_url,
+                azure_url=sim.azure_url,
+                aws_url=sim.aws_url,
             )
 
         plan: list[tuple[str, bool, bool, dict[str, object] | None, list[str]]] = [
             ("bridge, GCE, webhook sink", False, True, config("idle-gce", "gce", webhook), []),
             ("bridge, Azure 1 s, webhook sink", False, True,
              config("idle-az", "azure", webhook), []),
+            ("bridge, AWS 1 s, webhook sink", False, True,
+             config("idle-aws", "aws", webhook), []),
             ("bridge, GCE, webhook + Pub/Sub sinks", False, False,
              config("idle-pubsub", "gce", [*webhook, CLOUD_SINKS["pubsub"]]), []),
             ("bridge, GCE, webhook + Event Hubs sinks", False, False,

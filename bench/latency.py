@@ -47,15 +47,16 @@ async def until(predicate: Callable[[], bool], timeout: float, what: str) -> Non
         await asyncio.sleep(0.002)
 
 
-def first_answer(sim: Simulator, path_end: str, after: float) -> float | None:
-    """When the simulator handed over its first answer to `path_end` at or after `after`."""
+def first_answer(sim: Simulator, path_end: str, after: float, status: int = 200) -> float | None:
+    """When the simulator handed over its first answer to `path_end` at or after `after`
+    (with `status`: a notice that went away answers 404 on AWS)."""
     for record in sim.requests:
         if (
             record.method == "GET"
             and record.path.endswith(path_end)
             and record.answered is not None
             and record.answered >= after
-            and record.status == 200
+            and record.status == status
         ):
             return record.answered
     return None

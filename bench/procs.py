@@ -56,13 +56,21 @@ def to_toml(config: Mapping[str, Any]) -> str:
 
 
 def bridge_config(
-    workdir: Path, provider: str, sinks: list[dict[str, Any]], *, gce_url: str, azure_url: str
+    workdir: Path,
+    provider: str,
+    sinks: list[dict[str, Any]],
+    *,
+    gce_url: str,
+    azure_url: str,
+    aws_url: str | None = None,
 ) -> dict[str, Any]:
+    aws = {} if aws_url is None else {"aws": {"imds_url": aws_url}}
     return {
         "source": {
             "provider": provider,
             "gce": {"metadata_url": gce_url},
             "azure": {"imds_url": azure_url, "first_call_timeout": 10.0},
+            **aws,
         },
         "state": {"dir": str(workdir / "state")},
         "delivery": {"shutdown_timeout": 2.0},

@@ -24,6 +24,7 @@ class Results:
     seconds: float = 0.0
     gce: list[Series] = field(default_factory=list)
     azure: list[Series] = field(default_factory=list)
+    aws: list[Series] = field(default_factory=list)
     idle: list[Idle] = field(default_factory=list)
     startup: list[Startup] = field(default_factory=list)
     commit_ms: list[float] = field(default_factory=list)
@@ -201,7 +202,7 @@ def _latency(results: Results, emit: Emit) -> None:
     emit("")
     emit("| watcher | transitions | total | poll wait | our part (total - poll wait) |")
     emit("| --- | --- | --- | --- | --- |")
-    for series in [*results.gce, *results.azure]:
+    for series in [*results.gce, *results.azure, *results.aws]:
         got = f"{len(series.total)} of {series.expected}"
         emit(
             f"| {series.name} | {got} | {_triple(series.total)} | {_triple(series.wait)} | "
@@ -217,7 +218,8 @@ def _latency(results: Results, emit: Emit) -> None:
     emit("webhook POST; for the samples, reading, parsing and printing. CLOCK_MONOTONIC is")
     emit("one clock for all processes of a Linux host. Azure transitions are adds and")
     emit("removals of events at random moments (about two per second), so several can share")
-    emit("one poll; all Azure watchers saw the same sequence. Plot: `latency.png`.")
+    emit("one poll; all Azure watchers saw the same sequence. AWS transitions are a Spot")
+    emit("interruption notice appearing and going away (bench/aws.py). Plot: `latency.png`.")
     emit("")
 
 
@@ -313,7 +315,7 @@ def plot(results: Results, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = [s for s in [*results.gce, *results.azure] if s.total]
+    series = [s for s in [*results.gce, *results.azure, *results.aws] if s.total]
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     for s in series:
         style = "--" if s.baseline else "-"

@@ -29,9 +29,9 @@ EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 
 DESCRIPTION = """\
-Watch the cloud's own VM maintenance notices (GCE metadata server, Azure Scheduled Events),
-turn each change into a CloudEvent of one stable schema, and deliver it to the configured
-sinks (stdout, file, webhook, Pub/Sub, Event Hubs) without losing any.
+Watch the cloud's own VM maintenance notices (GCE metadata server, Azure Scheduled Events,
+AWS EC2 instance metadata), turn each change into a CloudEvent of one stable schema, and
+deliver it to the configured sinks (stdout, file, webhook, Pub/Sub, Event Hubs) without losing any.
 
 Try it without a cloud account:   maintenance-bridge demo
 Run it on a VM:                    maintenance-bridge run --config /etc/maintenance-bridge.toml
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help="run the bridge against the built-in simulator and print the events",
-        description="Start the simulator with a scenario that plays GCE and Azure notices, "
+        description="Start the simulator with a scenario that plays GCE, Azure and AWS notices, "
         "point the bridge at it, and print every CloudEvent it delivers. No cloud account, "
         "no configuration; stops by itself when the scenario is over (or on Ctrl-C).",
     )
@@ -126,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     simulate = commands.add_parser(
         "simulate",
-        help="serve a local simulator of the GCE and Azure metadata services",
-        description="Serve the GCE metadata server and Azure Scheduled Events on localhost, "
+        help="serve a local simulator of the GCE, Azure and AWS metadata services",
+        description="Serve the GCE metadata server, Azure Scheduled Events and (with "
+        "--provider aws or all) AWS EC2 IMDS on localhost, "
         "playing a scripted scenario; drive it live through /_sim/ (see README).",
     )
     simulator_cli.add_arguments(simulate)
@@ -253,13 +254,14 @@ async def _demo(args: argparse.Namespace) -> int:
     from bridge.spool import Spool
     from sinks.stdout import StdoutSink
 
-    async with Simulator(provider="both", scenario=args.scenario, speed=args.speed) as sim:
+    async with Simulator(provider="all", scenario=args.scenario, speed=args.speed) as sim:
         with tempfile.TemporaryDirectory(prefix="maintenance-bridge-demo-") as state_dir:
             config = parse_config(
                 {
                     "source": {
                         "gce": {"metadata_url": sim.gce_url, "long_poll_timeout": 30},
                         "azure": {"imds_url": sim.azure_url, "poll_interval": 1.0},
+                        "aws": {"imds_url": sim.aws_url, "maintenance_poll_interval": 1.0},
                     },
                     "state": {"dir": state_dir},
                     "delivery": {"shutdown_timeout": 2.0},
@@ -271,6 +273,7 @@ async def _demo(args: argparse.Namespace) -> int:
             factories: dict[str, WatcherFactory] = {
                 "gce": watcher_factory(config, "gce"),
                 "azure": watcher_factory(config, "azure"),
+                "aws": watcher_factory(config, "aws"),
             }
             bridge = Bridge(config, factories, [sink], spool)
             monitor = HealthMonitor()

@@ -27,6 +27,7 @@ CONFIG_ENV: Final = "MAINTENANCE_BRIDGE_CONFIG"
 ENV_PREFIX: Final = "MAINTENANCE_BRIDGE__"
 GCE_DEFAULT_URL: Final = "http://metadata.google.internal/computeMetadata/v1/"
 AZURE_DEFAULT_URL: Final = "http://169.254.169.254/metadata/"
+AWS_DEFAULT_URL: Final = "http://169.254.169.254/"
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
@@ -77,11 +78,28 @@ class AzureSource(_Section, frozen=True, kw_only=True):
     first_call_timeout: Positive = 150.0
 
 
+class AwsSource(_Section, frozen=True, kw_only=True):
+    """EC2 instance metadata (IMDSv2); see bridge/watchers/aws.py."""
+
+    imds_url: BaseUrl = BaseUrl(AWS_DEFAULT_URL)
+    #: Spot interruption and rebalance recommendation (two minutes of notice at most).
+    poll_interval: Annotated[float, msgspec.Meta(ge=0.05)] = 1.0
+    #: Scheduled events and the Auto Scaling lifecycle state (days or minutes of notice).
+    maintenance_poll_interval: Positive = 60.0
+    #: Seconds a session token lives (X-aws-ec2-metadata-token-ttl-seconds, 1 to 21600).
+    token_ttl: Annotated[int, msgspec.Meta(ge=1, le=21600)] = 21600
+    #: Read without a token when the token PUT is refused or times out (IMDSv1). Off: IMDSv1
+    #: is what IMDSv2 exists to protect against.
+    imds_v1_fallback: bool = False
+    request_timeout: Positive = 5.0
+
+
 class Source(_Section, frozen=True, kw_only=True):
-    provider: Literal["auto", "gce", "azure"] = "auto"
+    provider: Literal["auto", "gce", "azure", "aws"] = "auto"
     detect_timeout: Positive = 2.0
     gce: GceSource = GceSource()
     azure: AzureSource = AzureSource()
+    aws: AwsSource = AwsSource()
 
 
 class State(_Section, frozen=True, kw_only=True):
@@ -120,7 +138,7 @@ class Hook(_Section, frozen=True, kw_only=True):
     command: Annotated[tuple[str, ...], msgspec.Meta(min_length=1)]
     statuses: tuple[NoticeStatus, ...] = ()
     kinds: tuple[NoticeKind, ...] = ()
-    providers: tuple[Literal["gce", "azure"], ...] = ()
+    providers: tuple[Literal["gce", "azure", "aws"], ...] = ()
     timeout: Positive = 60.0  # seconds; then the process group dies
     #: Finish this many seconds before not_before.
     deadline_before: NonNegative | None = None

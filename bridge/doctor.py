@@ -77,7 +77,7 @@ class Doctor:
         await self._sinks(send_test_event)
         return self.findings
 
-    async def _detect(self) -> Literal["gce", "azure"] | None:
+    async def _detect(self) -> Literal["gce", "azure", "aws"] | None:
         from bridge.watchers.detect import DetectionError, detect
 
         source = self.config.source
@@ -88,22 +88,26 @@ class Doctor:
                 "cloud",
                 "fail",
                 str(exc),
-                "run on a GCE or Azure VM, or set source.provider and the metadata URL "
-                "(maintenance-bridge simulate serves both locally)",
+                "run on a GCE, Azure or AWS VM, or set source.provider and the metadata URL "
+                "(maintenance-bridge simulate serves them locally)",
             )
             return None
         how = "detected" if source.provider == "auto" else "set in source.provider"
         self.note("cloud", "ok", f"{provider} ({how})")
         return provider
 
-    def _watcher(self, provider: Literal["gce", "azure"]) -> Watcher:
+    def _watcher(self, provider: Literal["gce", "azure", "aws"]) -> Watcher:
         from bridge.runner import watcher_factory
 
         return watcher_factory(self.config, provider, retry_initial=0.2, retry_max=1.0)(None)
 
-    async def _metadata(self, provider: Literal["gce", "azure"]) -> None:
+    async def _metadata(self, provider: Literal["gce", "azure", "aws"]) -> None:
         """One plain request to the key the bridge watches, with the vendor's header rules."""
         from bridge.watchers import azure, gce
+
+        if provider == "aws":
+            await self._aws_metadata()
+            return
 
         client: MetadataClient
         if provider == "gce":
@@ -130,6 +134,13 @@ class Doctor:
             "ok",
             f"{client.base_url}{path}: HTTP {response.status}{header}, no redirect, no proxy",
         )
+
+    async def _aws_metadata(self) -> None:
+        """The IMDSv2 token PUT, then one read with it (bridge/watchers/aws_imds.py)."""
+        from bridge.watchers import aws_imds
+
+        verdict, detail, fix = await aws_imds.check(self.config.source.aws, self.timeout)
+        self.note("metadata", verdict, detail, fix)
 
     async def _identity_and_notices(self, watcher: Watcher) -> None:
         try:

@@ -18,6 +18,7 @@ from typing import Any
 class Provider(StrEnum):
     GCE = "gce"
     AZURE = "azure"
+    AWS = "aws"
 
 
 class Kind(StrEnum):
@@ -66,9 +67,14 @@ class Instance:
     subscription: str | None = None
     resource_group: str | None = None
     scale_set: str | None = None
+    #: AWS account id and instance type; optional in the contract, so only written when set
+    #: (the events of the other providers stay byte for byte what they were).
+    account: str | None = None
+    instance_type: str | None = None
 
     def as_data(self) -> dict[str, str | None]:
         """The `data.instance` object of the event contract."""
+        optional = {"account": self.account, "instance_type": self.instance_type}
         return {
             "id": self.id,
             "name": self.name,
@@ -79,7 +85,7 @@ class Instance:
             "resource_group": self.resource_group,
             "scale_set": self.scale_set,
             "resource_id": self.resource_id,
-        }
+        } | {key: value for key, value in optional.items() if value is not None}
 
 
 @dataclass(frozen=True, slots=True)

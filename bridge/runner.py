@@ -32,7 +32,7 @@ from sinks.base import Sink
 
 log = logging.getLogger("bridge")
 
-ProviderName = Literal["gce", "azure"]
+ProviderName = Literal["gce", "azure", "aws"]
 WatcherFactory = Callable[[dict[str, Any] | None], Watcher]
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -56,6 +56,14 @@ def watcher_factory(
             return gce.GceWatcher(client, config.source.gce, checkpoint)
 
         return build_gce
+    if provider == "aws":
+        from bridge.watchers import aws
+
+        def build_aws(checkpoint: dict[str, Any] | None) -> Watcher:
+            client = aws.new_client(config.source.aws, **client_options)
+            return aws.AwsWatcher(client, config.source.aws, checkpoint)
+
+        return build_aws
     from bridge.watchers import azure
 
     def build_azure(checkpoint: dict[str, Any] | None) -> Watcher:

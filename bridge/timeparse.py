@@ -1,7 +1,8 @@
 """The one parser of the times the bridge reads: metadata documents, checkpoints, API queries.
 
-The clouds write times two ways: GCE and our own checkpoints RFC 3339
-(`2026-11-23T10:00:00Z`), Azure's `NotBefore` RFC 1123 (`Mon, 23 Nov 2026 10:00:00 GMT`).
+The clouds write times two ways: GCE, AWS's spot notices and our own checkpoints RFC 3339
+(`2026-11-23T10:00:00Z`); Azure's `NotBefore` RFC 1123 (`Mon, 23 Nov 2026 10:00:00 GMT`) and
+AWS's scheduled events the same without the weekday (`21 Jan 2019 09:00:43 GMT`).
 A time without a zone (`2026-11-23T10:00:00`, or RFC 1123 without `GMT`) is taken as UTC:
 the metadata services speak UTC, and a naive datetime must never reach a comparison with an
 aware one (that raised, and crash-looped a watcher). Every result is an aware UTC datetime;
@@ -24,14 +25,23 @@ def parse_time(value: object) -> datetime:
         raise TimeParseError(f"expected a time string, got {_show(value)}")
     text = value.strip()
     try:
-        # fromisoformat reads RFC 3339 including `Z` and fractions (Python >= 3.11).
-        iso = text[:1] in "0123456789"
-        parsed = datetime.fromisoformat(text) if iso else parsedate_to_datetime(text)
+        parsed = _parse(text)
         if parsed.tzinfo is None or parsed.utcoffset() is None:
             parsed = parsed.replace(tzinfo=UTC)
         return parsed.astimezone(UTC)
     except (ValueError, TypeError, IndexError, OverflowError) as exc:
         raise TimeParseError(f"{_show(value)} is not an RFC 3339 or RFC 1123 time") from exc
+
+
+def _parse(text: str) -> datetime:
+    """RFC 3339 first (fromisoformat reads `Z` and fractions), then the mail-date forms:
+    RFC 1123 with its weekday (Azure) and without it (AWS's `21 Jan 2019 09:00:43 GMT`)."""
+    if text[:1] in "0123456789":
+        try:
+            return datetime.fromisoformat(text)
+        except ValueError:
+            pass  # a day-first mail date, e.g. AWS's scheduled events
+    return parsedate_to_datetime(text)
 
 
 def parse_optional_time(value: object) -> datetime | None:

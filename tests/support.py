@@ -122,11 +122,13 @@ def bridge_config(
     """A fast-polling configuration against `sim`; `settings` adds top-level sections."""
     gce = {"metadata_url": sim.gce_url, "long_poll_timeout": 2, "upcoming_poll_interval": 0.2}
     azure = {"imds_url": sim.azure_url, "poll_interval": 0.25, "first_call_timeout": 5.0}
+    aws = {"imds_url": sim.aws_url, "poll_interval": 0.1, "maintenance_poll_interval": 0.2}
     gce.update(source.pop("gce", {}))
     azure.update(source.pop("azure", {}))
+    aws.update(source.pop("aws", {}))
     return parse_config(
         {
-            "source": {"gce": gce, "azure": azure, **source},
+            "source": {"gce": gce, "azure": azure, "aws": aws, **source},
             "state": {"dir": str(state_dir)},
             "delivery": {"retry_initial": 0.01, "retry_max": 0.05, "shutdown_timeout": 2.0},
             **(settings or {}),

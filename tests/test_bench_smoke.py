@@ -33,5 +33,9 @@ def test_the_quick_benchmark_writes_a_report_and_a_plot(tmp_path: Path) -> None:
                     "bridge, Azure 0.25 s poll", "Microsoft's sample"):  # fmt: skip
         row = next(line for line in report.splitlines() if line.startswith(f"| {watcher}"))
         assert "| 4 of 4 |" in row  # every transition was seen and timed
+    for watcher in ("bridge, AWS 1 s poll", "bridge, AWS 0.25 s poll"):
+        row = next(line for line in report.splitlines() if line.startswith(f"| {watcher}"))
+        assert "| 2 of 2 |" in row  # AWS plays half as many transitions
+    assert "| bridge, AWS 1 s, webhook sink |" in report
     assert "not measured" not in report
     assert (tmp_path / "latency.png").read_bytes().startswith(b"\x89PNG")

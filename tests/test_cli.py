@@ -58,7 +58,7 @@ def test_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
         tmp_path / "bad.toml",
         """
 [source]
-provider = "aws"
+provider = "oci"
 [source.azure]
 pol_interval = 1
 [[sinks]]
@@ -239,7 +239,7 @@ def test_demo_plays_the_scenario_and_prints_valid_events() -> None:
     assert result.returncode == 0, result.stderr
     events = [assert_valid(json.loads(line)) for line in result.stdout.splitlines()]
     providers = {e["data"]["provider"] for e in events}
-    assert providers == {"gce", "azure"}
+    assert providers == {"gce", "azure", "aws"}
     assert len(events) >= 6
     assert len({e["id"] for e in events}) == len(events)  # nothing doubled
     assert "while it plays: curl http://127.0.0.1:" in result.stderr  # the status API is served

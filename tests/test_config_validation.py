@@ -31,7 +31,7 @@ def webhook_problems(**keys: Any) -> list[str]:
 
 def test_independent_mistakes_are_all_listed_with_their_key_paths() -> None:
     raw = {
-        "source": {"provider": "aws", "azure": {"pol_interval": 1, "poll_interval": 0.1}},
+        "source": {"provider": "oci", "azure": {"pol_interval": 1, "poll_interval": 0.1}},
         "listener": {"port": "http"},
         "delivery": {"retry_initial": 0, "max_pending": 0},
         "state": {"dir": 7},
@@ -41,7 +41,7 @@ def test_independent_mistakes_are_all_listed_with_their_key_paths() -> None:
     assert problems(raw) == [
         "source.azure.pol_interval: unknown key",
         "source.azure.poll_interval: must be >= 0.2",
-        "source.provider: must be one of 'auto', 'gce', 'azure'",
+        "source.provider: must be one of 'auto', 'gce', 'azure', 'aws'",
         "state.dir: must be a string (a path)",
         "delivery.retry_initial: must be > 0",
         "delivery.max_pending: must be >= 1",

@@ -138,12 +138,15 @@ detect_timeout = 0.5
 metadata_url = "http://127.0.0.1:9/computeMetadata/v1/"
 [source.azure]
 imds_url = "http://127.0.0.1:9/metadata/"
+[source.aws]
+imds_url = "http://127.0.0.1:9/"
 """
     code, output = await doctor(config_file(tmp_path, source, receiver.url))
     assert code == 1
     assert "no metadata service found" in line(output, "cloud")
     assert "Azure IMDS at http://127.0.0.1:9/metadata/" in output
-    assert "fix: run on a GCE or Azure VM" in output
+    assert "AWS IMDS at http://127.0.0.1:9/: token PUT" in output
+    assert "fix: run on a GCE, Azure or AWS VM" in output
 
 
 async def test_an_azure_event_in_force_is_a_warning(

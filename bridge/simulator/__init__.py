@@ -1,4 +1,5 @@
-"""A faithful local simulator of the GCE metadata server and Azure IMDS Scheduled Events.
+"""A faithful local simulator of the GCE metadata server, Azure IMDS Scheduled Events and
+AWS EC2 instance metadata (IMDSv2).
 
 It serves the vendors' URLs, headers, status codes and long-poll behavior, plays scripted
 scenarios on a compressible clock, injects faults, and can be driven live from Python or over
@@ -9,11 +10,12 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .aws import AwsState
     from .azure import AzureState
     from .clock import SimClock
     from .faults import Faults
     from .gce import GceState
-    from .identity import AzureIdentity, GceIdentity, Identity
+    from .identity import AwsIdentity, AzureIdentity, GceIdentity, Identity
     from .requestlog import RequestRecord
     from .scenario import (
         Scenario,
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 # Names are imported on first use (PEP 562): `maintenance-bridge run` builds its argument
 # parser with the `simulate` options but must not pay for aiohttp at start-up.
 _HOMES = {
+    "AwsState": "aws",
+    "AwsIdentity": "identity",
     "AzureState": "azure",
     "SimClock": "clock",
     "Faults": "faults",
@@ -55,6 +59,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AwsIdentity",
+    "AwsState",
     "AzureIdentity",
     "AzureState",
     "Faults",

@@ -23,9 +23,10 @@ DEFAULT_PORT = 8181
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--provider",
-        choices=("gce", "azure", "both"),
+        choices=("gce", "azure", "both", "aws", "all"),
         default="both",
-        help="which metadata service(s) to serve (default: both, on one port)",
+        help="which metadata service(s) to serve (default: both = GCE and Azure, on one port; "
+        "all adds AWS)",
     )
     parser.add_argument(
         "--scenario", metavar="NAME|PATH", help="shipped scenario name or path to a TOML file"
@@ -62,6 +63,11 @@ def _banner(sim: Simulator, out: TextIO) -> None:
         lines += [
             f"  Azure IMDS  : {sim.azure_url}scheduledevents?api-version=2020-07-01",
             f"    bridge config: source.azure.imds_url = {sim.azure_url}",
+        ]
+    if sim.serves("aws"):
+        lines += [
+            f"  AWS IMDS    : {sim.aws_url}latest/meta-data/spot/instance-action (IMDSv2)",
+            f"    bridge config: source.aws.imds_url = {sim.aws_url}",
         ]
     lines.append("Press Ctrl-C to stop.")
     print("\n".join(lines), file=out, flush=True)
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     """Standalone entry point (``python -m bridge.simulator``)."""
     parser = argparse.ArgumentParser(
         prog="maintenance-bridge simulate",
-        description="Local GCE metadata server / Azure Scheduled Events simulator",
+        description="Local GCE metadata server / Azure Scheduled Events / AWS IMDS simulator",
     )
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -78,11 +78,18 @@ def control_routes(sim: Simulator) -> list[web.RouteDef]:
 
     async def quirks(request: web.Request) -> web.StreamResponse:
         body = await _body(request)
-        if not isinstance(body, dict) or set(body) - {"gce", "azure"}:
-            raise ValueError('body must be {"gce": {...}, "azure": {...}}')
+        if not isinstance(body, dict) or set(body) - {"gce", "azure", "aws"}:
+            raise ValueError('body must be {"gce": {...}, "azure": {...}, "aws": {...}}')
         sim.gce.quirks.update(body.get("gce", {}))
         sim.azure.quirks.update(body.get("azure", {}))
-        return _ok({"gce": sim.gce.quirks.as_dict(), "azure": sim.azure.quirks.as_dict()})
+        sim.aws.quirks.update(body.get("aws", {}))
+        return _ok(
+            {
+                "gce": sim.gce.quirks.as_dict(),
+                "azure": sim.azure.quirks.as_dict(),
+                "aws": sim.aws.quirks.as_dict(),
+            }
+        )
 
     async def azure_add(request: web.Request) -> web.StreamResponse:
         body = await _body(request) or {}

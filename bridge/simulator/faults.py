@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Provider = Literal["gce", "azure"]
-FaultTarget = Literal["gce", "azure", "all"]
+Provider = Literal["gce", "azure", "aws"]
+FaultTarget = Literal["gce", "azure", "aws", "all"]
 RATE_LIMIT_PER_SECOND = 5
 
 
@@ -97,19 +97,21 @@ class Faults:
     def __init__(self) -> None:
         self.gce = FaultSet("gce")
         self.azure = FaultSet("azure")
+        self.aws = FaultSet("aws")
         self.gce.reset()
         self.azure.reset()
+        self.aws.reset()
         self.unhang = asyncio.Event()
         """Set when ``hang`` is cleared (or the server stops) to release hanging requests."""
 
     def for_provider(self, provider: Provider) -> FaultSet:
-        return self.gce if provider == "gce" else self.azure
+        return {"gce": self.gce, "azure": self.azure, "aws": self.aws}[provider]
 
     def _targets(self, provider: FaultTarget) -> list[FaultSet]:
         if provider == "all":
-            return [self.gce, self.azure]
-        if provider not in ("gce", "azure"):
-            raise ValueError("provider must be 'gce', 'azure' or 'all'")
+            return [self.gce, self.azure, self.aws]
+        if provider not in ("gce", "azure", "aws"):
+            raise ValueError("provider must be 'gce', 'azure', 'aws' or 'all'")
         return [self.for_provider(provider)]
 
     def set(self, provider: FaultTarget = "all", **faults: Any) -> None:
@@ -145,4 +147,4 @@ class Faults:
         event.set()
 
     def snapshot(self) -> dict[str, Any]:
-        return {"gce": self.gce.as_dict(), "azure": self.azure.as_dict()}
+        return {"gce": self.gce.as_dict(), "azure": self.azure.as_dict(), "aws": self.aws.as_dict()}

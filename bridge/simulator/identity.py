@@ -1,4 +1,5 @@
-"""The VM identity the simulator serves (GCE identity keys and Azure instance metadata).
+"""The VM identity the simulator serves (GCE identity keys, Azure instance metadata and the
+AWS instance identity document).
 
 Kept separate so scenarios (e.g. the vendor's WestNO_0 freeze example) and callers can
 override single fields without restating the whole identity.
@@ -57,9 +58,24 @@ class AzureIdentity:
 
 
 @dataclass(frozen=True)
+class AwsIdentity:
+    """The instance identity document's fields (defaults: aws/amazon-ec2-metadata-mock's, with
+    the 12-digit account id of the AWS documentation's examples)."""
+
+    instance_id: str = "i-1234567890abcdef0"
+    account_id: str = "123456789012"
+    region: str = "us-east-1"
+    availability_zone: str = "us-east-1f"
+    instance_type: str = "m4.xlarge"
+    image_id: str = "ami-0a887e401f7654935"
+    private_ip: str = "172.16.34.43"
+
+
+@dataclass(frozen=True)
 class Identity:
     gce: GceIdentity = field(default_factory=GceIdentity)
     azure: AzureIdentity = field(default_factory=AzureIdentity)
+    aws: AwsIdentity = field(default_factory=AwsIdentity)
 
 
 # Azure overrides may use the JSON (camelCase) names users see in /metadata/instance.
@@ -86,15 +102,27 @@ def _apply(obj: Any, overrides: dict[str, Any], aliases: dict[str, str]) -> Any:
     return replace(obj, **clean)
 
 
+# AWS overrides may use the identity document's (camelCase) names.
+_AWS_ALIASES = {
+    "instanceId": "instance_id",
+    "accountId": "account_id",
+    "availabilityZone": "availability_zone",
+    "instanceType": "instance_type",
+    "imageId": "image_id",
+    "privateIp": "private_ip",
+}
+
+
 def merge_identity(base: Identity, overrides: Identity | dict[str, Any] | None) -> Identity:
-    """Return ``base`` with ``overrides`` ({"gce": {...}, "azure": {...}}) applied."""
+    """Return ``base`` with ``overrides`` ({"gce": {...}, "azure": {...}, "aws": {...}})."""
     if overrides is None:
         return base
     if isinstance(overrides, Identity):
         return overrides
-    unknown = set(overrides) - {"gce", "azure"}
+    unknown = set(overrides) - {"gce", "azure", "aws"}
     if unknown:
-        raise ValueError(f"identity overrides take 'gce' and 'azure' tables, not {unknown}")
+        raise ValueError(f"identity overrides take 'gce', 'azure' and 'aws' tables, not {unknown}")
     gce = _apply(base.gce, dict(overrides.get("gce", {})), {})
     azure = _apply(base.azure, dict(overrides.get("azure", {})), _AZURE_ALIASES)
-    return Identity(gce=gce, azure=azure)
+    aws = _apply(base.aws, dict(overrides.get("aws", {})), _AWS_ALIASES)
+    return Identity(gce=gce, azure=azure, aws=aws)

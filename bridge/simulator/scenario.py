@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-PROVIDERS = ("gce", "azure", "both")
+PROVIDERS = ("gce", "azure", "both", "aws", "all")
 
 # action -> (required params, optional params)
 ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -56,6 +56,30 @@ ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "azure.start": (frozenset({"event_id"}), frozenset()),
     "azure.remove": (frozenset({"event_id"}), frozenset()),
     "azure.approve": (frozenset({"event_id"}), frozenset()),
+    "aws.spot": (frozenset(), frozenset({"spot_action", "time_in"})),
+    "aws.spot.clear": (frozenset(), frozenset()),
+    "aws.rebalance": (frozenset(), frozenset()),
+    "aws.rebalance.clear": (frozenset(), frozenset()),
+    "aws.event": (
+        frozenset(),
+        frozenset(
+            {
+                "event_id",
+                "code",
+                "description",
+                "state",
+                "not_before_in",
+                "not_after_in",
+                "deadline_in",
+            }
+        ),
+    ),
+    "aws.event.state": (frozenset({"event_id", "state"}), frozenset()),
+    "aws.event.complete": (frozenset({"event_id"}), frozenset()),
+    "aws.event.cancel": (frozenset({"event_id"}), frozenset()),
+    "aws.event.remove": (frozenset({"event_id"}), frozenset()),
+    "aws.lifecycle": (frozenset({"state"}), frozenset()),
+    "aws.tokens.expire": (frozenset(), frozenset()),
     "fault.set": (
         frozenset(),
         frozenset(
@@ -163,11 +187,15 @@ def parse_scenario(data: dict[str, Any], *, source: str = "", default_name: str 
     if provider not in PROVIDERS:
         raise ScenarioError(f"{where}: provider must be one of {PROVIDERS}")
     quirks = data.get("quirks", {})
-    if set(quirks) - {"gce", "azure"}:
-        raise ScenarioError(f"{where}: [quirks] takes [quirks.gce] and [quirks.azure] tables")
+    if set(quirks) - {"gce", "azure", "aws"}:
+        raise ScenarioError(
+            f"{where}: [quirks] takes [quirks.gce], [quirks.azure] and [quirks.aws] tables"
+        )
     identity = data.get("identity", {})
-    if set(identity) - {"gce", "azure"}:
-        raise ScenarioError(f"{where}: [identity] takes [identity.gce] and [identity.azure]")
+    if set(identity) - {"gce", "azure", "aws"}:
+        raise ScenarioError(
+            f"{where}: [identity] takes [identity.gce], [identity.azure] and [identity.aws]"
+        )
     gce = data.get("gce", {})
     if set(gce) - {"initial"}:
         raise ScenarioError(f"{where}: [gce] only takes an [gce.initial] table")

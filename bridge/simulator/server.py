@@ -1,4 +1,5 @@
-"""The :class:`Simulator`: one aiohttp server that plays GCE, Azure, or both, plus ``/_sim/``.
+"""The :class:`Simulator`: one aiohttp server that plays GCE, Azure, AWS or several of them,
+plus ``/_sim/``.
 
 It owns the simulated clock, the provider states, the faults, the request log and the
 scenario timeline.  All state lives on the event loop thread; :mod:`.threaded` marshals calls
@@ -19,6 +20,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from .aws import AwsState
+from .aws_http import aws_control_routes, aws_routes
 from .azure import AzureState
 from .azure_http import azure_routes
 from .changes import ChangeSignal
@@ -34,7 +37,8 @@ from .vendor import vendor_middleware
 
 logger = logging.getLogger("bridge.simulator")
 
-ProviderName = Literal["gce", "azure", "both"]
+#: "both" is GCE and Azure (as before AWS existed); "all" adds AWS.
+ProviderName = Literal["gce", "azure", "both", "aws", "all"]
 _UPCOMING_TIME_FIELDS = {
     "window_start_in": "window_start_time",
     "window_end_in": "window_end_time",
@@ -43,7 +47,8 @@ _UPCOMING_TIME_FIELDS = {
 
 
 class Simulator:
-    """Local GCE metadata server and/or Azure IMDS Scheduled Events, scriptable and faultable.
+    """Local GCE metadata server, Azure IMDS Scheduled Events and/or AWS EC2 IMDS, scriptable
+    and faultable.
 
     Use ``async with Simulator(...) as sim`` (or ``await sim.start()`` / ``await sim.stop()``).
     """
@@ -58,8 +63,8 @@ class Simulator:
         identity: Identity | dict[str, Any] | None = None,
         on_step: Callable[[float, str], None] | None = None,
     ) -> None:
-        if provider not in ("gce", "azure", "both"):
-            raise ValueError("provider must be 'gce', 'azure' or 'both'")
+        if provider not in ("gce", "azure", "both", "aws", "all"):
+            raise ValueError("provider must be 'gce', 'azure', 'aws', 'both' or 'all'")
         self.provider: ProviderName = provider
         self.host = host
         self.port = port
@@ -83,6 +88,7 @@ class Simulator:
         self.identity = Identity()
         self.gce: GceState
         self.azure: AzureState
+        self.aws: AwsState
         self.clock.on_advance(self._fire_due)
         self.load(scenario)
 
@@ -109,12 +115,19 @@ class Simulator:
         return f"{self.base_url}/metadata/"
 
     @property
+    def aws_url(self) -> str:
+        """The IMDS base URL (`source.aws.imds_url`): paths start with ``latest/``."""
+        return f"{self.base_url}/"
+
+    @property
     def requests(self) -> list[RequestRecord]:
         """Vendor-endpoint requests seen so far (``/_sim/`` calls are not logged)."""
         return self.log.all()
 
     def serves(self, provider: str) -> bool:
-        return self.provider in (provider, "both")
+        if self.provider == "all":
+            return True
+        return self.provider == provider or (self.provider == "both" and provider != "aws")
 
     # -- scenario -------------------------------------------------------------------------
     def load(self, scenario: str | Path | Scenario | None) -> None:
@@ -122,7 +135,7 @@ class Simulator:
         if isinstance(scenario, str | Path):
             scenario = load_scenario(scenario)
         if scenario is not None and not (
-            self.provider == "both" or scenario.provider in (self.provider, "both")
+            self.provider in ("both", "all") or scenario.provider in (self.provider, "both", "all")
         ):
             raise ValueError(
                 f"scenario {scenario.name!r} is for provider {scenario.provider!r}, "
@@ -135,11 +148,13 @@ class Simulator:
         self.faults.clear()
         self.gce = GceState(self.identity.gce, self._notify)
         self.azure = AzureState(self.identity.azure, self.clock, self._notify)
+        self.aws = AwsState(self.identity.aws, self.clock, self._notify)
         self._timeline = []
         self.fired = []
         if scenario is not None:
             self.gce.quirks.update(scenario.quirks.get("gce", {}))
             self.azure.quirks.update(scenario.quirks.get("azure", {}))
+            self.aws.quirks.update(scenario.quirks.get("aws", {}))
             for key, value in scenario.gce_initial.items():
                 self.gce.values[key] = value
             for step in scenario.steps:
@@ -152,6 +167,8 @@ class Simulator:
             return self.serves("gce")
         if step.action.startswith("azure."):
             return self.serves("azure")
+        if step.action.startswith("aws."):
+            return self.serves("aws")
         return True
 
     @property
@@ -162,9 +179,12 @@ class Simulator:
     async def start(self) -> None:
         """Bind and serve; with ``port=0`` a free port is picked (read ``base_url``)."""
         app = web.Application(middlewares=[vendor_middleware(self)])
+        app.add_routes(aws_control_routes(self))  # before the control API's catch-all
         app.add_routes(control_routes(self))
         if self.serves("azure"):
             app.add_routes(azure_routes(self))
+        if self.serves("aws"):
+            app.add_routes(aws_routes(self))
         app.add_routes(gce_routes(self))  # GCE owns the catch-all, so it comes last
         self.stopping = asyncio.Event()
         self._runner = web.AppRunner(
@@ -283,6 +303,8 @@ class Simulator:
             self.azure.remove_event(str(params["event_id"]))
         elif action == "azure.approve":
             self.azure.approve([str(params["event_id"])], client="scenario", user_agent="")
+        elif action.startswith("aws."):
+            self._execute_aws(action, params, at)
         elif action == "fault.set":
             if isinstance(params.get("status_burst"), list):
                 params["status_burst"] = tuple(params["status_burst"])
@@ -290,6 +312,32 @@ class Simulator:
         elif action == "fault.clear":
             self.faults.clear(params.get("provider", "all"))
         self._record(at, step.describe())
+
+    def _execute_aws(self, action: str, params: dict[str, Any], at: float) -> None:
+        aws = self.aws
+        if action == "aws.spot":
+            action_name = str(params.get("spot_action", "terminate"))
+            aws.interrupt(action_name, float(params.get("time_in", 120.0)), at=at)
+        elif action == "aws.spot.clear":
+            aws.clear_spot()
+        elif action == "aws.rebalance":
+            aws.recommend_rebalance(at=at)
+        elif action == "aws.rebalance.clear":
+            aws.clear_rebalance()
+        elif action == "aws.event":
+            aws.add_event(**params, at=at)
+        elif action == "aws.event.state":
+            aws.set_event_state(str(params["event_id"]), str(params["state"]))
+        elif action == "aws.event.complete":
+            aws.complete_event(str(params["event_id"]))
+        elif action == "aws.event.cancel":
+            aws.cancel_event(str(params["event_id"]))
+        elif action == "aws.event.remove":
+            aws.remove_event(str(params["event_id"]))
+        elif action == "aws.lifecycle":
+            aws.set_lifecycle(params["state"] or None)
+        elif action == "aws.tokens.expire":
+            aws.expire_tokens()
 
     def _record(self, at: float, text: str) -> None:
         self.fired.append((at, text))
@@ -310,13 +358,16 @@ class Simulator:
             "base_url": self.base_url,
             "gce_url": self.gce_url,
             "azure_url": self.azure_url,
+            "aws_url": self.aws_url,
             "identity": {
                 "gce": asdict(self.identity.gce),
                 "azure": asdict(self.identity.azure)
                 | {"resource_id": self.identity.azure.resource_id},
+                "aws": asdict(self.identity.aws),
             },
             "gce": self.gce.snapshot(),
             "azure": self.azure.snapshot(),
+            "aws": self.aws.snapshot(),
             "faults": self.faults.snapshot(),
             "fired_steps": [{"at": at, "step": text} for at, text in self.fired],
             "pending_steps": [{"at": at, "step": text} for at, text in self.pending_steps],

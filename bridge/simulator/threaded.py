@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
+from .aws import AwsQuirks, AwsState
 from .azure import AzureQuirks, AzureState
 from .clock import SimClock
 from .faults import Faults, FaultSet
@@ -28,7 +29,17 @@ from .scenario import Scenario
 from .server import ProviderName, Simulator
 
 T = TypeVar("T")
-_PROXIED = (GceState, AzureState, GceQuirks, AzureQuirks, Faults, FaultSet, SimClock)
+_PROXIED = (
+    GceState,
+    AzureState,
+    AwsState,
+    GceQuirks,
+    AzureQuirks,
+    AwsQuirks,
+    Faults,
+    FaultSet,
+    SimClock,
+)
 
 
 class _LoopCaller:
@@ -189,6 +200,10 @@ class SimulatorThread:
         return cast(AzureState, self._proxy("azure"))
 
     @property
+    def aws(self) -> AwsState:
+        return cast(AwsState, self._proxy("aws"))
+
+    @property
     def faults(self) -> Faults:
         return cast(Faults, self._proxy("faults"))
 
@@ -233,6 +248,10 @@ class SimulatorThread:
     @property
     def azure_url(self) -> str:
         return self.simulator.azure_url
+
+    @property
+    def aws_url(self) -> str:
+        return self.simulator.aws_url
 
     @property
     def gce_host(self) -> str:

@@ -34,9 +34,11 @@ REDIRECT_TARGET = "/_sim/redirect-target"
 
 
 def provider_of(sim: Simulator, path: str) -> str:
-    """Which vendor answers ``path``: Azure owns /metadata, GCE answers everything else."""
+    """Which vendor answers ``path``: Azure owns /metadata, AWS /latest, GCE everything else."""
     if path.startswith("/metadata") and sim.serves("azure"):
         return "azure"
+    if path.startswith("/latest/") and sim.serves("aws"):
+        return "aws"
     return "gce" if sim.serves("gce") else "none"
 
 
@@ -50,6 +52,10 @@ def json_response(status: int, payload: object) -> web.Response:
 
 
 def _status_response(provider: str, status: int) -> web.Response:
+    if provider == "aws":
+        from .aws_http import error_page
+
+        return error_page(status)
     if provider == "azure":
         return json_response(status, {"error": f"Simulated fault: HTTP {status}"})
     return web.Response(
@@ -105,7 +111,7 @@ def vendor_middleware(sim: Simulator) -> Middleware:
         )
         loop = asyncio.get_running_loop()
         started = loop.time()
-        faults = sim.faults.gce if provider == "gce" else sim.faults.azure
+        faults = sim.faults.for_provider(provider)  # type: ignore[arg-type]
         try:
             response = await _serve(sim, provider, faults, request, handler, record)
         except asyncio.CancelledError:
@@ -138,6 +144,8 @@ async def _serve(
             response = json_response(429, {"error": "Too many requests"})
         else:
             response = _status_response(provider, 429)
+        if provider == "aws":  # a throttled IMDS client must slow down, not retry at once
+            response.headers["Retry-After"] = "1"
         return _finish(provider, faults, response)
     if faults.hang:
         mark("hang")
@@ -166,6 +174,8 @@ async def _serve(
 
 
 def _finish(provider: str, faults: FaultSet, response: web.StreamResponse) -> web.StreamResponse:
+    if provider == "aws":
+        response.headers["Server"] = "EC2ws"
     if provider == "gce":
         response.headers.update(GCE_HEADERS)
         if faults.take("missing_vendor_header"):

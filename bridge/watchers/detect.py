@@ -1,9 +1,10 @@
 """`provider = "auto"`: find out which metadata service this VM has.
 
-Both services are probed at once with a short timeout. GCE counts only when it answers with
-`Metadata-Flavor: Google`; Azure only when `/metadata/instance` answers JSON with a
-`compute` section. Anything else (a captive proxy, a laptop) is "neither", with each probe's
-reason in the error so the user sees what to fix.
+All three services are probed at once with a short timeout. GCE counts only when it answers
+with `Metadata-Flavor: Google`; Azure only when `/metadata/instance` answers JSON with a
+`compute` section; AWS only when a token PUT and the instance identity document succeed
+(bridge/watchers/aws_imds.py). Anything else (a captive proxy, a laptop) is "none", with
+each probe's reason in the error so the user sees what to fix.
 """
 
 from __future__ import annotations
@@ -57,19 +58,24 @@ async def _probe_azure(url: str, timeout: float) -> str | None:
     return f"Azure IMDS at {url}: HTTP {response.status}, not an instance document"
 
 
-async def detect(source: Source) -> Literal["gce", "azure"]:
+async def detect(source: Source) -> Literal["gce", "azure", "aws"]:
     """The provider to watch; `DetectionError` explains why when there is none."""
+    from bridge.watchers import aws_imds
+
     if source.provider != "auto":
         return source.provider
-    gce_problem, azure_problem = await asyncio.gather(
+    gce_problem, azure_problem, aws_problem = await asyncio.gather(
         _probe_gce(source.gce.resolved_url(), source.detect_timeout),
         _probe_azure(source.azure.imds_url, source.detect_timeout),
+        aws_imds.probe(source.aws.imds_url, source.detect_timeout),
     )
     if gce_problem is None:
         return "gce"
     if azure_problem is None:
         return "azure"
+    if aws_problem is None:
+        return "aws"
     raise DetectionError(
         "no metadata service found (set source.provider to skip detection):\n"
-        f"  {gce_problem}\n  {azure_problem}"
+        f"  {gce_problem}\n  {azure_problem}\n  {aws_problem}"
     )

@@ -118,6 +118,15 @@ class MetadataClient:
             max_body=MAX_ANSWER,
         )
 
+    @property
+    def retry_initial(self) -> float:
+        """First backoff delay (for callers that retry on their own, like AWS after a 401)."""
+        return self._retry_initial
+
+    @property
+    def retry_max(self) -> float:
+        return self._retry_max
+
     async def aclose(self) -> None:
         await self._client.aclose()
 
@@ -130,13 +139,17 @@ class MetadataClient:
         content: bytes | None = None,
         timeout: float | None = None,
         accept: Collection[int] = (200,),
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
-        """One attempt; raises `MetadataError` unless the status is in `accept`."""
+        """One attempt; raises `MetadataError` unless the status is in `accept`.
+
+        `headers` are added to the vendor's for this request only (AWS: the session token).
+        """
         self.stats.requests += 1
         started = time.monotonic()
         try:
             response = await self._client.request(
-                method, path, params=params, body=content or b"", timeout=timeout
+                method, path, params=params, body=content or b"", timeout=timeout, headers=headers
             )
         except RequestTimeoutError as exc:
             self.stats.durations.observe(time.monotonic() - started)
@@ -193,6 +206,7 @@ class MetadataClient:
         accept: Collection[int] = (200,),
         validate: Callable[[Response], object] | None = None,
         track: RequestStats | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
         """Like `request_once`, retried until it succeeds (and `validate` does not raise).
 
@@ -212,7 +226,7 @@ class MetadataClient:
             with attempt:
                 try:
                     response = await self._checked(
-                        method, path, params, content, timeout, accept, validate
+                        method, path, params, content, timeout, accept, validate, headers
                     )
                 except MetadataError as exc:
                     if track is not None:
@@ -232,10 +246,17 @@ class MetadataClient:
         timeout: float | None,
         accept: Collection[int],
         validate: Callable[[Response], object] | None,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
         """One attempt of `request`: `request_once`, then `validate` on its answer."""
         response = await self.request_once(
-            method, path, params=params, content=content, timeout=timeout, accept=accept
+            method,
+            path,
+            params=params,
+            content=content,
+            timeout=timeout,
+            accept=accept,
+            headers=headers,
         )
         if validate is not None:
             try:

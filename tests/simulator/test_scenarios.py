@@ -24,6 +24,13 @@ SHIPPED = {
     "azure-other-vm",
     "azure-hardware-failure",
     "demo",
+    "aws-spot-terminate",
+    "aws-spot-stop",
+    "aws-spot-hibernate",
+    "aws-rebalance-then-interruption",
+    "aws-scheduled-reboot",
+    "aws-scheduled-cancelled",
+    "aws-asg-scale-in",
 }
 GUID = re.compile(r"[0-9A-F]{8}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{12}")
 
@@ -39,8 +46,8 @@ async def test_every_scenario_plays_to_the_end(name: str) -> None:
     scenario = load_scenario(name)
     for step in scenario.steps:
         if "event_id" in step.params:
-            assert GUID.fullmatch(step.params["event_id"])
-    async with Simulator(provider="both", scenario=name) as sim:
+            assert GUID.fullmatch(step.params["event_id"]) or step.action.startswith("aws.")
+    async with Simulator(provider="all", scenario=name) as sim:
         sim.gce.mark_watched()
         sim.clock.advance(scenario.duration + 3600)
         assert sim.pending_steps == []
@@ -143,7 +150,7 @@ async def test_custom_scenario_applies_identity_and_quirks(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('provider = "aws"', "provider"),
+        ('provider = "oci"', "provider"),
         ('[[steps]]\naction = "log"', "needs 'at'"),
         ('[[steps]]\nat = 1\naction = "explode"', "unknown action"),
         ('[[steps]]\nat = 1\naction = "gce.set"\nkey = "k"', "needs"),
