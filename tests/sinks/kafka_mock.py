@@ -52,6 +52,7 @@ def _library() -> ctypes.CDLL | None:
         "rd_kafka_mock_topic_set_error": (None, [void, text, ctypes.c_int]),
         "rd_kafka_mock_broker_set_down": (ctypes.c_int, [void, i32]),
         "rd_kafka_mock_broker_set_up": (ctypes.c_int, [void, i32]),
+        "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [void, i32]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
@@ -83,6 +84,8 @@ class MockCluster:
         if not self._cluster:
             raise RuntimeError("rd_kafka_mock_cluster_new failed")
         self.bootstrap = self.lib.rd_kafka_mock_cluster_bootstraps(self._cluster).decode()
+        # A group's first join waits 3 s for more members by default (as brokers do).
+        self.lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self._cluster, 0)
 
     def stop(self) -> None:
         cluster, self._cluster = self._cluster, None

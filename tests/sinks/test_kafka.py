@@ -12,7 +12,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +46,6 @@ EVENTHUBS_CONNECTION = (
     "Endpoint=sb://fleet-ns.servicebus.windows.net/;SharedAccessKeyName=send;"
     "SharedAccessKey=c2VjcmV0LWtleQ==;EntityPath=maintenance"
 )
-
-
-@pytest.fixture
-def kafka_cluster() -> Iterator[MockCluster]:
-    """A fresh three-broker mock cluster for one test (starting one takes milliseconds)."""
-    cluster = MockCluster(require_library())
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def make(cluster: MockCluster, topic: str, **options: Any) -> kafka.KafkaSink:
