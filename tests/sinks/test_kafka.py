@@ -21,6 +21,7 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.config import ConfigError
 from bridge.dispatch import Dispatcher
 from bridge.events import as_dict, serialize
+from bridge.simulator import Simulator
 from bridge.spool import NewEvent, Spool
 from bridge.validation import validate
 from sinks import kafka
@@ -30,6 +31,7 @@ from tests.factories import instance, sample_events
 from tests.sinks.contract import SinkContract
 from tests.sinks.kafka_mock import MockCluster, Reader, require_library
 from tests.support import assert_valid, eventually, free_port
+from tests.test_doctor import doctor, gce_source, line
 
 BINARY_HEADERS = [
     "ce_specversion",
@@ -505,3 +507,38 @@ async def test_brokers_down_and_back_through_dispatcher_and_spool_lose_nothing(
     assert sorted(dict.fromkeys(e["id"] for e in got)) == sorted(e.get_id() for e in events)
     first_seen = [json.loads(s) for s in dict.fromkeys(json.dumps(e) for e in got)]
     assert per_source(first_seen) == per_source([as_dict(e) for e in events])
+
+
+async def test_doctor_checks_the_topic_and_produces_a_test_event(
+    kafka_cluster: MockCluster, gce_sim: Simulator, tmp_path: Path
+) -> None:
+    topic = kafka_cluster.create_topic()
+    servers = ", ".join(f'"{s}"' for s in kafka_cluster.bootstrap.split(","))
+    config = tmp_path / "bridge.toml"
+    config.write_text(
+        f"""{gce_source(gce_sim)}
+[state]
+dir = "{tmp_path / "state"}"
+[listener]
+port = 0
+[[sinks]]
+type = "kafka"
+bootstrap_servers = [{servers}]
+topic = "{topic}"
+"""
+    )
+    code, output = await doctor(config, "--send-test-event")
+    assert code == 0, output
+    assert f"topic {topic} with 4 partition(s)" in output
+    assert "accepted io.maintenancebridge.test" in line(output, "sink kafka test event")
+    reader = Reader(kafka_cluster, topic)
+    try:
+        (message,) = await asyncio.to_thread(reader.read, 1)
+    finally:
+        await asyncio.to_thread(reader.close)
+    assert decoded(message)["type"] == "io.maintenancebridge.test"
+
+    kafka_cluster.refuse_writes(topic)
+    code, output = await doctor(config)
+    assert code == 1
+    assert f"topic {topic}: TOPIC_AUTHORIZATION_FAILED" in output
