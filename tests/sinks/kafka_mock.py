@@ -28,7 +28,7 @@ INSTALL_HELP = (
 TOPIC_AUTHORIZATION_FAILED = 29
 
 
-def _library() -> ctypes.CDLL | None:
+def library() -> ctypes.CDLL | None:
     """The librdkafka that confluent-kafka loaded (the same shared object, so the same code)."""
     try:
         import confluent_kafka
@@ -175,7 +175,7 @@ class Reader:
 
 
 def require_library() -> ctypes.CDLL:
-    lib = _library()
+    lib = library()
     if lib is None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(INSTALL_HELP)

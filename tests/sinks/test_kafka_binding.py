@@ -22,7 +22,6 @@ from sinks.kafka_binding import (
     mode_of,
     to_record,
     to_structured_json,
-    with_partition_key,
 )
 from tests.factories import instance, sample_events
 from tests.sinks.kafka_mock import MockCluster
@@ -43,7 +42,6 @@ def test_both_modes_decode_to_the_event_with_its_partition_key(mode: str) -> Non
 def test_an_existing_partition_key_is_kept_and_becomes_the_key() -> None:
     (event,) = sample_events(1)
     keyed = CloudEvent({**event.get_attributes(), "partitionkey": "rack-7"}, event.get_data())
-    assert with_partition_key(keyed) is keyed
     record = to_record(keyed, "binary")
     assert record.key == b"rack-7"
     assert ("ce_partitionkey", b"rack-7") in record.headers
