@@ -283,7 +283,12 @@ class KafkaSink(Sink):
 
     def __init__(self, name: str, config: Config) -> None:
         super().__init__(name)
-        import confluent_kafka
+        try:
+            import confluent_kafka
+        except ModuleNotFoundError as exc:
+            raise RuntimeError(
+                "the kafka sink needs confluent-kafka: pip install 'maintenance-bridge[kafka]'"
+            ) from exc
 
         self._kafka = confluent_kafka
         self._config = config
@@ -291,7 +296,8 @@ class KafkaSink(Sink):
         self.mode = config.mode
         self.timeout = config.timeout
         self._producer: Producer | None = None
-        #: The last client-wide error (authentication, all brokers down), for timed-out reports.
+        #: The last client-wide error (authentication, all brokers down) since the last
+        #: delivery that went through: it explains why messages timed out.
         self._client_error: KafkaError | None = None
 
     def _get_producer(self) -> Producer:
@@ -302,9 +308,9 @@ class KafkaSink(Sink):
         return self._producer
 
     def _on_client_error(self, error: KafkaError) -> None:
-        """librdkafka's error callback (runs inside poll/flush): remember, and fatal → reset."""
+        """librdkafka's error callback (runs inside flush): remember it for `_timed_out`."""
         self._client_error = error
-        log.warning("kafka sink %s: %s: %s", self.name, error.name(), error.str())
+        log.debug("kafka sink %s: %s: %s", self.name, error.name(), error.str())
 
     def _encode(self, batch: Sequence[CloudEvent]) -> list[Record] | Reject:
         records = []
@@ -351,6 +357,8 @@ class KafkaSink(Sink):
 
     def _outcome(self, reports: list[KafkaError | None], left: int) -> Result:
         worst: Result = Ok()
+        if any(error is None for error in reports):
+            self._client_error = None  # a delivery went through: older client errors are over
         for error in reports:
             if error is None:
                 continue

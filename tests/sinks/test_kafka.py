@@ -542,3 +542,26 @@ topic = "{topic}"
     code, output = await doctor(config)
     assert code == 1
     assert f"topic {topic}: TOPIC_AUTHORIZATION_FAILED" in output
+
+
+async def test_failed_authentication_is_reject_with_the_reason(kafka_cluster: MockCluster) -> None:
+    """The mock brokers speak no SASL: librdkafka fails the handshake as _AUTHENTICATION and
+    the messages time out; the sink reports the authentication failure, not a timeout."""
+    topic = kafka_cluster.create_topic()
+    sink = make(
+        kafka_cluster,
+        topic,
+        timeout=2.0,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        username="bridge",
+        password="wrong-password",
+    )
+    try:
+        result = await sink.publish(sample_events(1))
+    finally:
+        await sink.close(1.0)
+    assert isinstance(result, Reject), result
+    assert "_AUTHENTICATION" in result.reason
+    assert "check the credentials" in result.reason
+    assert "wrong-password" not in result.reason
