@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -23,9 +24,9 @@ from sinks.kafka_binding import (
     to_record,
     to_structured_json,
 )
-from tests.factories import instance, sample_events
+from tests.factories import fleet_events, instance, sample_events
 from tests.sinks.kafka_mock import MockCluster
-from tests.support import assert_valid
+from tests.support import assert_valid, eventually
 
 
 @pytest.mark.parametrize("mode", ["binary", "structured"])
@@ -89,20 +90,35 @@ class Store:
     def __init__(self) -> None:
         self.events: dict[tuple[str, str], bytes] = {}
         self.redelivered = 0
+        #: Which group member holds which partitions, and how many events each stored.
+        self.assigned: dict[str, list[int]] = {}
+        self.stored_by: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    def commit(self, structured: bytes) -> None:
+    def commit(self, structured: bytes, member: str = "consumer") -> None:
         event = parse(structured)
         key = (event.get_source(), event.get_id())
-        if key in self.events:
-            self.redelivered += 1
-        self.events[key] = structured
+        with self._lock:
+            if key in self.events:
+                self.redelivered += 1
+            self.events[key] = structured
+            self.stored_by[member] = self.stored_by.get(member, 0) + 1
 
 
-def consume(cluster: MockCluster, topic: str, group: str, store: Store, count: int) -> None:
+def consume(
+    cluster: MockCluster,
+    topic: str,
+    group: str,
+    store: Store,
+    count: int,
+    stop: threading.Event | None = None,
+    member: str = "consumer",
+) -> None:
     """The fleet-source recipe: decode, commit to the store, then (only then) the offset.
 
     Stops after `count` messages as if killed right after the last store commit, before its
     offset commit: the restarted consumer gets that message again and the store absorbs it.
+    With `stop`, it also stops (cleanly) once that is set.
     """
     from confluent_kafka import Consumer
 
@@ -118,14 +134,18 @@ def consume(cluster: MockCluster, topic: str, group: str, store: Store, count: i
             "log_level": 3,
         }
     )
-    consumer.subscribe([topic])
+    consumer.subscribe(
+        [topic],
+        on_assign=lambda _, parts: store.assigned.update({member: [p.partition for p in parts]}),
+    )
     handled = 0
     try:
-        while handled < count:
-            message = consumer.poll(0.5)
+        while handled < count and not (stop and stop.is_set()):
+            message = consumer.poll(0.2)
             if message is None or message.error() is not None:
                 continue
-            store.commit(to_structured_json(message.headers(), message.value(), message.key()))
+            body = to_structured_json(message.headers(), message.value(), message.key())
+            store.commit(body, member)
             handled += 1
             if handled < count:
                 consumer.commit(message=message, asynchronous=False)
@@ -160,3 +180,42 @@ async def test_a_consumer_restarted_mid_stream_loses_nothing_and_doubles_nothing
     ]
     assert [e["id"] for e in stored] == [e.get_id() for e in events]
     assert stored == [{**as_dict(e), "partitionkey": e.get_source()} for e in events]
+
+
+async def test_a_consumer_joining_mid_stream_rebalances_without_losing_anything(
+    kafka_cluster: MockCluster,
+) -> None:
+    """Two members of one group, the second joining while the first is reading: the
+    partitions move between them, every event is stored, at most a few are read twice."""
+    topic = kafka_cluster.create_topic(partitions=4)
+    events = fleet_events(per_vm=20)
+    sink = kafka.create(
+        kafka.Config(bootstrap_servers=kafka_cluster.bootstrap.split(","), topic=topic), "kafka"
+    )
+    store = Store()
+    stop = threading.Event()
+    first = asyncio.create_task(
+        asyncio.to_thread(consume, kafka_cluster, topic, "fleet", store, 10**6, stop, "first")
+    )
+    second: asyncio.Task[None] | None = None
+    try:
+        assert isinstance(await sink.publish(events[:30]), Ok)
+        await eventually(lambda: len(store.events) >= 10, timeout=30.0)
+        second = asyncio.create_task(
+            asyncio.to_thread(consume, kafka_cluster, topic, "fleet", store, 10**6, stop, "second")
+        )
+        await eventually(lambda: len(store.assigned.get("second", [])) > 0, timeout=30.0)
+        assert isinstance(await sink.publish(events[30:]), Ok)
+        await eventually(lambda: len(store.events) == len(events), timeout=60.0)
+    finally:
+        stop.set()
+        await sink.close(5.0)
+        await asyncio.gather(first, *([second] if second else []))
+
+    stored = [assert_valid(json.loads(body)) for body in store.events.values()]
+    assert sorted(e["id"] for e in stored) == sorted(e.get_id() for e in events)
+    assert store.redelivered <= 4  # at most the message in flight per partition moved
+    assert sorted(store.assigned["first"] + store.assigned["second"]) == [0, 1, 2, 3]
+    # The VMs' keys hash to partitions 0, 1 and 3: whichever half the newcomer got, it
+    # stored events of its own.
+    assert store.stored_by["second"] > 0
