@@ -118,6 +118,11 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
             results.skipped.append(
                 "Backlog drain to the Pub/Sub emulator (quick mode or --no-pubsub)"
             )
+        outcome = await drain.kafka(sizes.drain_events)
+        if isinstance(outcome, str):
+            results.skipped.append(f"Backlog drain to the Kafka mock cluster: {outcome}")
+        else:
+            results.drains.append(outcome)
         missed = [t.label for t in targets(results) if t.missed()]
         if any("Idle CPU" in label for label in missed):
             step("profiling the idle Azure bridge")

@@ -125,5 +125,26 @@ async def pubsub(total: int) -> Drain | str:
         await asyncio.to_thread(emulator.stop)
 
 
+async def kafka(total: int) -> Drain | str:
+    """Drain to librdkafka's mock cluster (3 brokers, in this process); a reason if unavailable.
+
+    The brokers share this process and its 2 cores with the bridge, so the figure is a floor
+    for the sink's own cost, not a claim about a real cluster's throughput.
+    """
+    from tests.sinks.kafka_mock import MockCluster, library
+
+    lib = library()
+    if lib is None:
+        return "skipped: confluent-kafka (the [kafka] extra) is not installed"
+    cluster = MockCluster(lib)
+    cluster.start()
+    try:
+        topic = cluster.create_topic(partitions=4)
+        sink = {"type": "kafka", "bootstrap_servers": cluster.bootstrap.split(","), "topic": topic}
+        return await drain("Kafka mock cluster, binary", sink, total)
+    finally:
+        cluster.stop()
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")

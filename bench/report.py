@@ -148,6 +148,9 @@ def targets(results: Results) -> list[Target]:
                drain_rate("webhook, structured"), None, 2000.0, "ev/s", higher_is_better=True),
         Target("Backlog drain, webhook batch mode (100 events per request)",
                drain_rate("webhook, batch"), None, 2000.0, "ev/s", higher_is_better=True),
+        Target("Backlog drain, Kafka sink to librdkafka's mock cluster",
+               drain_rate("Kafka mock cluster, binary"), None, 5000.0, "ev/s",
+               higher_is_better=True),
     ]  # fmt: skip
 
 

@@ -67,6 +67,9 @@ CREATE TABLE IF NOT EXISTS pending (
     last_error TEXT,
     PRIMARY KEY (sink, seq)
 ) WITHOUT ROWID;
+-- Acknowledging looks events up by seq alone (is any sink still waiting for it?): without
+-- this index each acknowledged event scanned the whole queue, quadratic in the backlog.
+CREATE INDEX IF NOT EXISTS pending_by_seq ON pending (seq);
 CREATE TABLE IF NOT EXISTS dead_letters (
     sink     TEXT NOT NULL,
     seq      INTEGER NOT NULL,

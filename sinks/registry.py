@@ -20,6 +20,7 @@ BUILTIN: Final = {
     "memory": "sinks.memory",
     "pubsub": "sinks.pubsub",
     "eventhubs": "sinks.eventhubs",
+    "kafka": "sinks.kafka",
 }
 
 

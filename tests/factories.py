@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from cloudevents.core.v1.event import CloudEvent
 
@@ -67,3 +68,17 @@ def sample_notices(count: int, vm: Instance = GCE_VM) -> list[Notice]:
 
 def sample_events(count: int, vm: Instance = GCE_VM) -> list[CloudEvent]:
     return [to_cloudevent(n) for n in sample_notices(count, vm)]
+
+
+def fleet_events(per_vm: int = 4) -> list[CloudEvent]:
+    """Events of three VMs, interleaved as a fleet would produce them."""
+    by_vm = [sample_events(per_vm, instance(name)) for name in ("vm-a", "vm-b", "vm-c")]
+    return [event for group in zip(*by_vm, strict=True) for event in group]
+
+
+def per_source(events: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Event ids by source, in order: what per-VM ordering tests compare."""
+    order: dict[str, list[str]] = {}
+    for event in events:
+        order.setdefault(event["source"], []).append(event["id"])
+    return order

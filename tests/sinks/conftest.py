@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.sinks.kafka_mock import MockCluster, require_library
 from tests.sinks.webhook_receiver import WebhookReceiver
 
 
@@ -15,3 +16,14 @@ async def receiver() -> AsyncIterator[WebhookReceiver]:
     server = await WebhookReceiver().start()
     yield server
     await server.stop()
+
+
+@pytest.fixture
+def kafka_cluster() -> Iterator[MockCluster]:
+    """A fresh three-broker mock cluster for one test (starting one takes milliseconds)."""
+    cluster = MockCluster(require_library())
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

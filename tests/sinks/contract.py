@@ -9,6 +9,10 @@ mocked here.
 from __future__ import annotations
 
 import abc
+import ast
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +21,8 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.events import as_dict
 from sinks.base import Ok, Reject, Retry, Sink, SinkClosedError
 from tests.factories import sample_events
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class SinkContract(abc.ABC):
@@ -93,3 +99,21 @@ class SinkContract(abc.ABC):
 
 def first(events: list[CloudEvent]) -> CloudEvent:
     return events[0]
+
+
+def modules_loaded_by_validating(config: dict[str, Any], *prefixes: str) -> list[str]:
+    """Modules starting with `prefixes` that finding and validating a sink's `config` loads,
+    in a fresh interpreter: a sink must import its SDK only when it is built."""
+    code = (
+        "import sys\n"
+        "from sinks import registry\n"
+        "from bridge.validation import validate\n"
+        f"validate(registry.config_model({config['type']!r}), {config!r})\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: list[str] = ast.literal_eval(done.stdout.strip())
+    return loaded

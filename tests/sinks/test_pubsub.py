@@ -26,7 +26,7 @@ from bridge.spool import NewEvent, Spool
 from bridge.validation import validate
 from sinks import pubsub
 from sinks.base import Ok, Reject, Retry, Sink
-from tests.factories import instance, sample_events
+from tests.factories import fleet_events, instance, per_source, sample_events
 from tests.sinks.contract import SinkContract
 from tests.support import assert_valid
 
@@ -61,19 +61,6 @@ def rebuild(message: Any) -> CloudEvent:
 
 def make(topic: str, **options: Any) -> Sink:
     return pubsub.create(pubsub.Config(topic=topic, **options), "pubsub")
-
-
-def fleet_events(per_vm: int = 4) -> list[CloudEvent]:
-    """Events of three VMs, interleaved as a fleet would produce them."""
-    by_vm = [sample_events(per_vm, instance(name)) for name in ("vm-a", "vm-b", "vm-c")]
-    return [event for group in zip(*by_vm, strict=True) for event in group]
-
-
-def per_source(events: list[dict[str, Any]]) -> dict[str, list[str]]:
-    order: dict[str, list[str]] = {}
-    for event in events:
-        order.setdefault(event["source"], []).append(event["id"])
-    return order
 
 
 # --- configuration and lazy import -------------------------------------------------------
