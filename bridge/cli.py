@@ -159,19 +159,31 @@ def _load(path: Path | None) -> tuple[Config, Path | None]:
 
 
 def _install_signal_handlers(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
+    """Stop on SIGINT/SIGTERM (Ctrl+C/Ctrl+Break on Windows), exit at once on the second.
 
-    def first(signum: int) -> None:
-        log.info(
-            "received %s: shutting down (send it again to exit at once)",
-            signal.Signals(signum).name,
-        )
+    SIGHUP is logged and ignored rather than taken as a reload: swapping sinks, watchers or
+    hooks under a running spool is where events get lost or doubled, and a restart (which
+    delivers what is in flight and resumes from the checkpoints) applies a change safely.
+    """
+    from bridge import platform
+
+    requests: list[str] = []
+
+    def requested(name: str) -> None:
+        requests.append(name)
+        if len(requests) > 1:
+            log.warning("received %s again: exiting at once", name)
+            os._exit(128 + signal.Signals[name] if name in signal.Signals.__members__ else 1)
+        log.info("received %s: shutting down (send it again to exit at once)", name)
         stop.set()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda: os._exit(128 + signum))
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, first, sig)
+    def hangup() -> None:
+        log.warning(
+            "received SIGHUP: ignored; the configuration is read at start only, "
+            "restart the bridge to apply a change"
+        )
+
+    platform.current().install_stop_handlers(asyncio.get_running_loop(), requested, hangup)
 
 
 async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> ProviderName | None:
@@ -190,7 +202,11 @@ async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> Provider
     return None
 
 
-async def _run(config: Config, stop: asyncio.Event | None = None) -> int:
+async def _run(
+    config: Config, stop: asyncio.Event | None = None, *, handle_signals: bool = True
+) -> int:
+    """The sidecar until `stop` is set (or a signal asks; a Windows service stops it)."""
+    from bridge import statelock
     from bridge.health import HealthMonitor
     from bridge.listener import ListenerError
     from bridge.routes import serving
@@ -198,26 +214,31 @@ async def _run(config: Config, stop: asyncio.Event | None = None) -> int:
     from bridge.spool import Spool
 
     stop = stop or asyncio.Event()
-    _install_signal_handlers(stop)
+    if handle_signals:
+        _install_signal_handlers(stop)
     monitor = HealthMonitor()
     try:
-        async with serving(config.listener, monitor):
-            monitor.phase = "detecting"
-            provider = await _detect_until_stopped(config, stop)
-            if provider is None:
-                return EXIT_OK
-            sinks = build_sinks(config)
-            spool = Spool(
-                config.state.dir, [sink.name for sink in sinks], config.delivery.max_pending
-            )
-            bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
-            monitor.attach(bridge)
-            checks = asyncio.create_task(monitor.run_sink_checks(), name="sink-checks")
-            try:
-                await bridge.run(stop)
-            finally:
-                monitor.phase = "stopping"
-                checks.cancel()
+        with statelock.holding(config.state.dir):
+            async with serving(config.listener, monitor):
+                monitor.phase = "detecting"
+                provider = await _detect_until_stopped(config, stop)
+                if provider is None:
+                    return EXIT_OK
+                sinks = build_sinks(config)
+                spool = Spool(
+                    config.state.dir, [sink.name for sink in sinks], config.delivery.max_pending
+                )
+                bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
+                monitor.attach(bridge)
+                checks = asyncio.create_task(monitor.run_sink_checks(), name="sink-checks")
+                try:
+                    await bridge.run(stop)
+                finally:
+                    monitor.phase = "stopping"
+                    checks.cancel()
+    except statelock.StateDirInUse as exc:
+        print(f"maintenance-bridge: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     except ListenerError as exc:
         print(f"maintenance-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -241,6 +262,7 @@ async def _once(config: Config) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    from bridge import statelock
     from bridge.health import HealthMonitor
     from bridge.routes import serving
     from bridge.runner import Bridge, WatcherFactory, watcher_factory
@@ -249,7 +271,10 @@ async def _demo(args: argparse.Namespace) -> int:
     from sinks.stdout import StdoutSink
 
     async with Simulator(provider="both", scenario=args.scenario, speed=args.speed) as sim:
-        with tempfile.TemporaryDirectory(prefix="maintenance-bridge-demo-") as state_dir:
+        with (
+            tempfile.TemporaryDirectory(prefix="maintenance-bridge-demo-") as state_dir,
+            statelock.holding(Path(state_dir)),
+        ):
             config = parse_config(
                 {
                     "source": {
