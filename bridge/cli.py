@@ -144,7 +144,55 @@ def build_parser() -> argparse.ArgumentParser:
                 action="append",
                 help="only this spool sequence number (repeatable)",
             )
+    _add_service_parser(commands)
     return parser
+
+
+def _add_service_parser(commands: Any) -> None:
+    service = commands.add_parser(
+        "service",
+        help="install and control the Windows service (Windows, the [windows] extra)",
+        description="Register the bridge as a Windows service (automatic start, restarted after "
+        "a failure, logs in %ProgramData%\\maintenance-bridge\\logs), start, stop, query or "
+        "remove it. Run as Administrator. On Linux use deploy/systemd instead.",
+    )
+    actions = service.add_subparsers(dest="service_command", metavar="ACTION", required=True)
+    install = actions.add_parser("install", help="register the service (automatic start)")
+    install.add_argument(
+        "--config",
+        "-c",
+        type=Path,
+        default=None,
+        help="configuration file the service reads "
+        "(default: %%ProgramData%%\\maintenance-bridge\\config.toml)",
+    )
+    install.add_argument(
+        "--event-log",
+        action="store_true",
+        help="also write warnings and errors to the Windows Event Log",
+    )
+    for action, text in (
+        ("uninstall", "stop and remove the service"),
+        ("start", "start the service"),
+        ("stop", "stop the service (it delivers what is in flight first)"),
+        ("status", "print the service's state; exit status 3 unless it is running"),
+    ):
+        actions.add_parser(action, help=text)
+
+
+def _service(args: argparse.Namespace) -> int:
+    from bridge import platform, service
+
+    try:
+        manager = platform.service_manager()
+    except RuntimeError as exc:
+        print(f"maintenance-bridge service: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    config = getattr(args, "config", None) or platform.current().default_config_file()
+    spec = service.ServiceSpec(config.resolve(), getattr(args, "event_log", False))
+    code, message = service.control(args.service_command, manager, spec)
+    print(message, file=sys.stdout if code in (0, 3) else sys.stderr)
+    return code
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -243,6 +291,16 @@ async def _run(
         print(f"maintenance-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+async def serve(path: Path | None, stop: asyncio.Event) -> int:
+    """`run` stopped by `stop` alone, no signal handlers (the Windows service's thread)."""
+    try:
+        config, _ = _load(path)
+    except ConfigError as exc:
+        log.error("%s", exc.render())
+        return EXIT_CONFIG
+    return await _run(config, stop, handle_signals=False)
 
 
 async def _once(config: Config) -> int:
@@ -394,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return simulator_cli.run(args)
         if command == "demo":
             return asyncio.run(_demo(args))
+        if command == "service":
+            return _service(args)
         if command == "validate-config":
             config, path = load_config(args.path)
             where = path or "defaults and environment"

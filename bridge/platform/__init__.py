@@ -9,10 +9,22 @@ from __future__ import annotations
 
 import functools
 import sys
+from typing import TYPE_CHECKING
 
 from bridge.platform.base import Platform, ProcessFigures, ProcessTree, StopRequest
 
-__all__ = ["Platform", "ProcessFigures", "ProcessTree", "StopRequest", "current", "is_windows"]
+if TYPE_CHECKING:
+    from bridge.service import ServiceManager
+
+__all__ = [
+    "Platform",
+    "ProcessFigures",
+    "ProcessTree",
+    "StopRequest",
+    "current",
+    "is_windows",
+    "service_manager",
+]
 
 
 def is_windows() -> bool:
@@ -28,3 +40,19 @@ def current() -> Platform:
     from bridge.platform.windows import Windows
 
     return Windows()
+
+
+def service_manager() -> ServiceManager:
+    """The Windows Service Control Manager (pywin32).
+
+    Raises `RuntimeError` with what to do where there is none (not Windows, no pywin32).
+    """
+    if sys.platform == "win32":
+        try:
+            from bridge.platform.winservice import PyWin32Services
+        except ImportError as exc:
+            raise RuntimeError(
+                f"pywin32 is missing ({exc}): pip install 'maintenance-bridge[windows]'"
+            ) from exc
+        return PyWin32Services()
+    raise RuntimeError("Windows only; on Linux run the bridge under systemd (deploy/systemd)")
