@@ -84,7 +84,7 @@ class Process:
 
     async def kill(self) -> None:
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
+        self.proc.kill()  # SIGKILL
         await self.proc.wait()
         self.kills += 1
 

@@ -164,7 +164,7 @@ async def test_sighup_is_logged_and_ignored(tmp_path: Path) -> None:
         sim.faults.set(provider="azure", rate_limit=False)
         async with bridge_run(write_config(tmp_path, sim)) as running:
             await eventually(lambda: running.logged("watching azure instance"), timeout=30)
-            running.process.send_signal(signal.SIGHUP)
+            running.process.send_signal(signal.Signals["SIGHUP"])  # POSIX-only: by name
             await eventually(lambda: running.logged("received SIGHUP: ignored"), timeout=30)
             assert running.process.returncode is None
             sim.azure.add_event(event_type="Freeze", duration=5)
