@@ -27,6 +27,8 @@ from aiohttp import web
 from bridge.simulator import Simulator
 from tests.support import assert_valid
 
+pytestmark = pytest.mark.posix  # SIGTERM to the bridge between kills
+
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = range(20)
 

@@ -34,6 +34,8 @@ from bridge.cli import EXIT_CONFIG, build_parser
 from bridge.config import Config, load_config
 from bridge.spool import DB_NAME
 
+pytestmark = pytest.mark.posix  # systemd, the Linux container and their linters
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
