@@ -13,6 +13,7 @@ import ast
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -23,7 +24,7 @@ from pathlib import Path, PureWindowsPath
 import pytest
 
 from bridge import hooks, metrics, platform, service, statelock
-from bridge.config import Hook
+from bridge.config import Hook, load_config
 from bridge.platform.base import Platform
 from bridge.platform.windows import CREATE_NEW_PROCESS_GROUP, Windows
 from bridge.prometheus import Exposition
@@ -401,3 +402,29 @@ def test_a_service_with_a_bad_configuration_exits_2(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[delivery]\nshutdown_timeout = -1\n")
     assert service.run_service(config, service.StopRequest()) == 2
+
+
+def test_the_windows_deployment_agrees_with_the_bridge() -> None:
+    """deploy/windows/: its configuration loads, its hooks are the shipped scripts run with
+    PowerShell, and the install script uses only options `service install` has."""
+    windows = ROOT / "deploy" / "windows"
+    config, _ = load_config(windows / "config.toml")
+    system = Windows(RecordingWin32())
+    for hook in config.hooks:
+        line = hooks.command_line(hook, system)
+        assert line[:6] == ["powershell.exe", *hooks.POWERSHELL_ARGS]
+        assert (windows / "hooks" / PureWindowsPath(hook.command[0]).name).is_file()
+    install = (windows / "install.ps1").read_text()
+    assert '@("service", "install", "--config", $target)' in install
+    help_text = subprocess.run(
+        [sys.executable, "-m", "bridge", "service", "install", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        timeout=60,
+    ).stdout
+    service_lines = [line for line in install.splitlines() if "$install" in line]
+    flags = {flag for line in service_lines for flag in re.findall(r'"(--[a-z-]+)"', line)}
+    assert flags == {"--config", "--event-log"}
+    assert all(flag in help_text for flag in flags)
