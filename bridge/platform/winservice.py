@@ -77,8 +77,10 @@ class BridgeService(win32serviceutil.ServiceFramework):
         code = service.run_service(Path(str(config)), self._stop)
         if code != 0:
             servicemanager.LogErrorMsg(f"{service.NAME}: stopped with status {code}")
-            if code != 2:  # a failure: the recovery actions restart the service
-                raise SystemExit(code)
+            if code != 2:
+                # pywin32's host reports an exception from here as SERVICE_STOPPED with a
+                # non-zero code: a failure, which the recovery actions answer with a restart.
+                raise RuntimeError(f"{service.NAME} stopped with status {code}")
 
 
 class PyWin32Services:
