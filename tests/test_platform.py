@@ -29,7 +29,7 @@ from bridge.platform.base import Platform
 from bridge.platform.windows import CREATE_NEW_PROCESS_GROUP, Windows
 from bridge.prometheus import Exposition
 from bridge.simulator import Simulator
-from tests.support import eventually
+from tests.support import azure_file_config, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -359,24 +359,10 @@ def test_service_command_off_windows_says_where_to_look() -> None:
 async def test_a_service_stop_request_ends_the_real_bridge(tmp_path: Path) -> None:
     """What `BridgeService` does, minus pywin32: the bridge runs in the service's thread
     (no signal handlers there) and the control handler's stop request ends it cleanly."""
-    out = tmp_path / "events.jsonl"
+    out = tmp_path / "events.jsonl"  # where azure_file_config sends the events
     async with Simulator(provider="azure") as sim:
         sim.faults.set(provider="azure", rate_limit=False)
-        config = tmp_path / "config.toml"
-        config.write_text(f"""
-[source]
-provider = "azure"
-[source.azure]
-imds_url = "{sim.azure_url}"
-poll_interval = 0.25
-[state]
-dir = "{tmp_path / "state"}"
-[listener]
-port = 0
-[[sinks]]
-type = "file"
-path = "{out}"
-""")
+        config = azure_file_config(tmp_path, sim)
         stop = service.StopRequest()
         running = asyncio.create_task(asyncio.to_thread(service.run_service, config, stop))
         sim.azure.add_event(event_type="Freeze", duration=5)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from bridge.simulator import Simulator
-from tests.support import assert_valid, eventually
+from tests.support import assert_valid, azure_file_config, eventually, spawn_bridge
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,19 +60,7 @@ class BridgeProcess:
 
 @contextlib.asynccontextmanager
 async def bridge_run(config: Path) -> AsyncIterator[BridgeProcess]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bridge",
-        "--log-format",
-        "json",
-        "run",
-        "--config",
-        str(config),
-        cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await spawn_bridge("run", "--config", str(config))
     try:
         yield BridgeProcess(process)
     finally:
@@ -82,25 +70,7 @@ async def bridge_run(config: Path) -> AsyncIterator[BridgeProcess]:
 
 
 def write_config(tmp_path: Path, sim: Simulator, extra: str = "", shutdown: float = 10) -> Path:
-    config = tmp_path / "bridge.toml"
-    config.write_text(f"""
-[source]
-provider = "azure"
-[source.azure]
-imds_url = "{sim.azure_url}"
-poll_interval = 0.25
-[state]
-dir = "{tmp_path / "state"}"
-[listener]
-port = 0
-[delivery]
-shutdown_timeout = {shutdown}
-[[sinks]]
-type = "file"
-path = "{tmp_path / "events.jsonl"}"
-{extra}
-""")
-    return config
+    return azure_file_config(tmp_path, sim, f"[delivery]\nshutdown_timeout = {shutdown}\n{extra}")
 
 
 def delivered(tmp_path: Path) -> list[dict[str, Any]]:
