@@ -284,7 +284,7 @@ async def _run(
                 finally:
                     monitor.phase = "stopping"
                     checks.cancel()
-    except statelock.StateDirInUse as exc:
+    except statelock.StateDirError as exc:
         print(f"maintenance-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except ListenerError as exc:

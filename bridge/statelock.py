@@ -27,7 +27,11 @@ LOCK_NAME: Final = "bridge.lock"
 _PID_WIDTH: Final = 32
 
 
-class StateDirInUse(Exception):
+class StateDirError(Exception):
+    """The state directory cannot be locked: in use, or not usable at all."""
+
+
+class StateDirInUse(StateDirError):
     """Another process holds the state directory's lock."""
 
     def __init__(self, directory: Path, holder: int | None) -> None:
@@ -58,11 +62,18 @@ def _ensure(directory: Path) -> None:
 def holding(directory: Path) -> Iterator[Path]:
     """Hold the lock of `directory` (created if missing) for the `with` block.
 
-    Raises `StateDirInUse` at once when another process holds it.
+    Raises `StateDirInUse` at once when another process holds it, `StateDirError` when the
+    directory cannot be created or the lock file opened.
     """
-    _ensure(directory)
     path = directory / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _ensure(directory)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StateDirError(
+            f"cannot use the state directory {directory}: {exc.strerror or exc} "
+            "(create it for the bridge's user, or set state.dir)"
+        ) from exc
     try:
         if not platform.current().lock(fd):
             raise StateDirInUse(directory, _read_holder(fd))

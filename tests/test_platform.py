@@ -414,3 +414,11 @@ def test_the_windows_deployment_agrees_with_the_bridge() -> None:
     flags = {flag for line in service_lines for flag in re.findall(r'"(--[a-z-]+)"', line)}
     assert flags == {"--config", "--event-log"}
     assert all(flag in help_text for flag in flags)
+
+
+def test_an_unusable_state_dir_is_one_clear_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(statelock.StateDirError) as refused, statelock.holding(blocker / "state"):
+        pass
+    assert str(refused.value).startswith(f"cannot use the state directory {blocker / 'state'}: ")
