@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import psutil
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import Config, parse_config
@@ -121,6 +122,15 @@ async def spawn_bridge(*args: str) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+def alive(pid: int) -> bool:
+    """Running: not gone, and not a zombie nobody reaped (PID 1 of a container may not reap).
+    psutil, so that the check means the same on Windows."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 async def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:

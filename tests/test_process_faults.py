@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 
 from bridge.simulator import Simulator
-from tests.support import assert_valid, azure_file_config, eventually, spawn_bridge
+from tests.support import alive, assert_valid, azure_file_config, eventually, spawn_bridge
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -151,14 +150,6 @@ sleep 600 &
 wait
 sleep 600
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_sigterm_while_a_hook_runs_ends_within_the_shutdown_timeout(
