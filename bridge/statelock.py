@@ -68,7 +68,7 @@ def holding(directory: Path) -> Iterator[Path]:
     path = directory / LOCK_NAME
     try:
         _ensure(directory)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | platform.O_BINARY, 0o644)
     except OSError as exc:
         raise StateDirError(
             f"cannot use the state directory {directory}: {exc.strerror or exc} "

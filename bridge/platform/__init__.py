@@ -8,8 +8,9 @@ walks the sources to keep it so).
 from __future__ import annotations
 
 import functools
+import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from bridge.platform.base import Platform, ProcessFigures, ProcessTree, StopRequest
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from bridge.service import ServiceManager
 
 __all__ = [
+    "O_BINARY",
     "Platform",
     "ProcessFigures",
     "ProcessTree",
@@ -25,6 +27,9 @@ __all__ = [
     "is_windows",
     "service_manager",
 ]
+
+#: For `os.open`: the bytes as written. Windows opens in text mode by default (LF -> CRLF).
+O_BINARY: Final = int(getattr(os, "O_BINARY", 0))
 
 
 def is_windows() -> bool:
