@@ -433,12 +433,22 @@ async def _spool(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
+def _utf8_stdout() -> None:
+    """JSON lines and tables in UTF-8 wherever stdout goes: redirected on Windows it would
+    be the ANSI code page, which cannot encode every character (and `doctor` prints a →)."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "utf-8").lower().replace("-", "")
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if encoding != "utf8" and reconfigure is not None:
+        reconfigure(encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from bridge import logs
 
     logs.setup(args.log_format, args.verbose)
+    _utf8_stdout()
     command: str = args.command
     try:
         if command == "schema":

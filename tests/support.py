@@ -24,7 +24,7 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.config import Config, parse_config
 from bridge.events import EVENT_TYPES, as_dict, schema
 from bridge.runner import Bridge, ProviderName, WatcherFactory, watcher_factory
-from bridge.simulator import Simulator
+from bridge.simulator import Simulator, SimulatorThread
 from bridge.spool import Spool
 from sinks.base import Result
 from sinks.memory import MemorySink
@@ -86,7 +86,7 @@ def free_port() -> int:
         return port
 
 
-def azure_file_config(tmp_path: Path, sim: Simulator, extra: str = "") -> Path:
+def azure_file_config(tmp_path: Path, sim: Simulator | SimulatorThread, extra: str = "") -> Path:
     """A configuration file for a real `maintenance-bridge` process: the simulator's Azure,
     state in `tmp_path/state`, events to the file sink `tmp_path/events.jsonl`, a free
     listener port; `extra` is TOML appended as is."""

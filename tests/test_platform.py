@@ -28,7 +28,7 @@ from bridge.config import Hook, load_config
 from bridge.platform.base import Platform
 from bridge.platform.windows import CREATE_NEW_PROCESS_GROUP, Windows
 from bridge.prometheus import Exposition
-from bridge.simulator import Simulator
+from bridge.simulator import Simulator, SimulatorThread
 from tests.support import alive, azure_file_config, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -414,3 +414,20 @@ def test_an_unusable_state_dir_is_one_clear_line(tmp_path: Path) -> None:
     with pytest.raises(statelock.StateDirError) as refused, statelock.holding(blocker / "state"):
         pass
     assert str(refused.value).startswith(f"cannot use the state directory {blocker / 'state'}: ")
+
+
+def test_output_is_utf8_whatever_the_code_page(tmp_path: Path) -> None:
+    """Redirected on Windows, stdout would use the ANSI code page (cp1252 here), in which the
+    doctor's table (an arrow) and non-ASCII event fields cannot be written."""
+    with SimulatorThread(provider="azure") as sim:
+        sim.faults.set(provider="azure", rate_limit=False)
+        config = azure_file_config(tmp_path, sim)
+        result = subprocess.run(
+            [sys.executable, "-m", "bridge", "doctor", "--config", str(config)],
+            capture_output=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONIOENCODING": "cp1252"},
+            timeout=60,
+        )
+    assert result.returncode == 0, result.stderr
+    assert "\N{RIGHTWARDS ARROW} source /subscriptions/" in result.stdout.decode("utf-8")
