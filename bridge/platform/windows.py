@@ -158,22 +158,26 @@ class PyWin32:
             except ImportError:
                 return None
             create: Any = win32job.CreateJobObject  # its stub says it returns None
-            job = create(None, "")
+            try:
+                job = create(None, "")
+            except win32api.error:
+                return None  # no job: the kill falls back to taskkill /T
             kind = win32job.JobObjectExtendedLimitInformation
-            info = win32job.QueryInformationJobObject(job, kind)
-            info["BasicLimitInformation"]["LimitFlags"] |= (
-                win32job.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
-            )
-            win32job.SetInformationJobObject(job, kind, info)
             access = win32con.PROCESS_SET_QUOTA | win32con.PROCESS_TERMINATE
             try:
+                info = win32job.QueryInformationJobObject(job, kind)
+                info["BasicLimitInformation"]["LimitFlags"] |= (
+                    win32job.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+                )
+                win32job.SetInformationJobObject(job, kind, info)
                 process = win32api.OpenProcess(access, False, pid)
                 try:
                     win32job.AssignProcessToJobObject(job, process)
                 finally:
                     win32api.CloseHandle(process)
-            except win32api.error:  # it has exited already: nothing to contain
-                pass
+            except win32api.error:  # it has exited already, or cannot be contained
+                self.close_job(job)
+                return None
             return cast(object, job)
         return None
 
