@@ -190,7 +190,11 @@ def _service(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     config = getattr(args, "config", None) or platform.current().default_config_file()
     spec = service.ServiceSpec(config.resolve(), getattr(args, "event_log", False))
-    code, message = service.control(args.service_command, manager, spec)
+    try:
+        code, message = service.control(args.service_command, manager, spec)
+    except service.ServiceError as exc:
+        print(f"maintenance-bridge service {args.service_command}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     print(message, file=sys.stdout if code in (0, 3) else sys.stderr)
     return code
 

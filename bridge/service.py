@@ -61,8 +61,13 @@ class ServiceSpec:
         )
 
 
+class ServiceError(Exception):
+    """The Service Control Manager refused (not installed, access denied, ...)."""
+
+
 class ServiceManager(Protocol):
-    """The Service Control Manager calls (pywin32's win32serviceutil and win32service)."""
+    """The Service Control Manager calls (pywin32's win32serviceutil and win32service);
+    each raises `ServiceError` when the manager refuses."""
 
     def install(self, spec: ServiceSpec) -> None:
         """Register the service (automatic start), its options and its failure recovery."""
@@ -88,7 +93,10 @@ def control(action: str, manager: ServiceManager, spec: ServiceSpec) -> tuple[in
             f"configuration {spec.config}; start it with: maintenance-bridge service start"
         )
     if action == "uninstall":
-        if manager.status(spec.name) not in ("stopped", "not installed"):
+        state = manager.status(spec.name)
+        if state == "not installed":
+            return 0, f"service {spec.name} is not installed"
+        if state != "stopped":
             manager.stop(spec.name)
         manager.remove(spec.name)
         return 0, f"removed service {spec.name}"

@@ -333,6 +333,11 @@ def test_service_start_status_stop_uninstall() -> None:
     assert service.control("status", manager, spec) == (0, "maintenance-bridge: running")
     assert service.control("uninstall", manager, spec)[0] == 0
     assert [call for call, _ in manager.calls] == ["start", "stop", "remove"]
+    assert service.control("uninstall", manager, spec) == (
+        0,
+        "service maintenance-bridge is not installed",
+    )
+    assert len(manager.calls) == 3
 
 
 @pytest.mark.posix

@@ -20,9 +20,10 @@ import sys
 
 assert sys.platform == "win32"  # mypy: the rest of this module is Windows-only
 
+import contextlib
 import logging
 import logging.handlers
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import servicemanager
@@ -83,10 +84,23 @@ class BridgeService(win32serviceutil.ServiceFramework):
                 raise RuntimeError(f"{service.NAME} stopped with status {code}")
 
 
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """The manager's errors as `ServiceError`: one line for the user, no traceback."""
+    try:
+        yield
+    except win32service.error as exc:
+        raise service.ServiceError(f"{exc.funcname}: {exc.strerror}") from exc
+
+
 class PyWin32Services:
     """`bridge.service.ServiceManager` through win32serviceutil and win32service."""
 
     def install(self, spec: service.ServiceSpec) -> None:
+        with _refusals():
+            self._install(spec)
+
+    def _install(self, spec: service.ServiceSpec) -> None:
         win32serviceutil.InstallService(
             spec.python_class,
             spec.name,
@@ -121,15 +135,18 @@ class PyWin32Services:
             win32service.CloseServiceHandle(manager)
 
     def remove(self, name: str) -> None:
-        win32serviceutil.RemoveService(name)
+        with _refusals():
+            win32serviceutil.RemoveService(name)
 
     def start(self, name: str) -> None:
-        win32serviceutil.StartService(name)
-        win32serviceutil.WaitForServiceStatus(name, win32service.SERVICE_RUNNING, 60)
+        with _refusals():
+            win32serviceutil.StartService(name)
+            win32serviceutil.WaitForServiceStatus(name, win32service.SERVICE_RUNNING, 60)
 
     def stop(self, name: str) -> None:
-        win32serviceutil.StopService(name)
-        win32serviceutil.WaitForServiceStatus(name, win32service.SERVICE_STOPPED, 60)
+        with _refusals():
+            win32serviceutil.StopService(name)
+            win32serviceutil.WaitForServiceStatus(name, win32service.SERVICE_STOPPED, 60)
 
     def status(self, name: str) -> str:
         try:
