@@ -288,9 +288,12 @@ async def _run(
                 finally:
                     monitor.phase = "stopping"
                     checks.cancel()
-    except statelock.StateDirError as exc:
+    except statelock.StateDirInUse as exc:
         print(f"maintenance-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except statelock.StateDirError as exc:  # a restart cannot create it: as a config error
+        print(f"maintenance-bridge: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except ListenerError as exc:
         print(f"maintenance-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE

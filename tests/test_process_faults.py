@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -184,3 +185,20 @@ timeout = 600
     assert not alive(hook_pid), "the hook's process group must be gone"
     (completed,) = [e for e in delivered(tmp_path) if e["type"].endswith("hook.completed")]
     assert completed["data"]["outcome"] == "interrupted"
+
+
+def test_a_state_dir_that_cannot_be_created_is_exit_2_and_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config = tmp_path / "bridge.toml"
+    config.write_text(f'[state]\ndir = "{blocker / "state"}"\n[listener]\nenabled = false\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "bridge", "run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    (line,) = [entry for entry in result.stderr.splitlines() if not entry.startswith("{")]
+    assert line.startswith(f"maintenance-bridge: cannot use the state directory {blocker}")
