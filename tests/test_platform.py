@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 
 import pytest
+import yaml
 
 from bridge import hooks, metrics, platform, service, statelock
 from bridge.config import Hook, load_config
@@ -411,6 +412,11 @@ def test_the_windows_deployment_agrees_with_the_bridge() -> None:
     flags = {flag for line in service_lines for flag in re.findall(r'"(--[a-z-]+)"', line)}
     assert flags == {"--config", "--event-log"}
     assert all(flag in help_text for flag in flags)
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "windows.yml").read_text())
+    assert set(workflow["jobs"]) == {"test", "service"}
+    smoke = "\n".join(step.get("run", "") for step in workflow["jobs"]["service"]["steps"])
+    for action in ("install --config", "start", "status", "stop", "uninstall"):
+        assert f"python -m bridge service {action}" in smoke
 
 
 def test_an_unusable_state_dir_is_one_clear_line(tmp_path: Path) -> None:
