@@ -178,6 +178,7 @@ class RecordingWin32:
     """Stands in for pywin32 (`bridge.platform.windows.Win32`); records every call."""
 
     working_set: int | None = 123_456_789
+    jobs: bool = True  # False: as without pywin32
     locked: bool = False
     calls: list[tuple[str, object]] = field(default_factory=list)
     console_callback: Callable[[str], None] | None = None
@@ -188,7 +189,7 @@ class RecordingWin32:
 
     def create_job(self, pid: int) -> object | None:
         self.calls.append(("create_job", pid))
-        return f"job-of-{pid}"
+        return f"job-of-{pid}" if self.jobs else None
 
     def ctrl_break(self, pid: int) -> None:
         self.calls.append(("ctrl_break", pid))
@@ -221,12 +222,20 @@ def test_windows_hook_gets_its_own_console_group_and_job_object() -> None:
     tree = system.contain(4242)
     assert api.calls == [("create_job", 4242)]
     tree.terminate()
-    assert api.calls[-1] == ("ctrl_break", 4242)
     tree.kill()
-    assert api.calls[-2:] == [("terminate_job", "job-of-4242"), ("taskkill", 4242)]
+    assert api.calls[1:] == [("ctrl_break", 4242), ("terminate_job", "job-of-4242")]
     tree.close()
     tree.close()
     assert api.calls.count(("close_job", "job-of-4242")) == 1
+    assert ("taskkill", 4242) not in api.calls
+
+
+def test_windows_hook_without_a_job_object_is_killed_by_taskkill() -> None:
+    api = RecordingWin32(jobs=False)
+    tree = Windows(api).contain(4242)
+    tree.kill()
+    tree.close()
+    assert api.calls == [("create_job", 4242), ("taskkill", 4242)]
 
 
 async def test_windows_ctrl_break_from_the_signal_handler_stops_on_the_loop() -> None:

@@ -4,8 +4,8 @@ A hook is started with `CREATE_NEW_PROCESS_GROUP` (so Ctrl+Break can be sent to 
 and assigned to a Job Object of its own with `KILL_ON_JOB_CLOSE`: `TerminateJobObject` ends
 every process it started, as `killpg` does on Linux, and the job dies with the bridge. The
 one window: a process the hook starts before it is assigned (microseconds after its start)
-is outside the job; `taskkill /T` covers that case at the kill. Without pywin32 (the
-`[windows]` extra) hooks still run and are killed with `taskkill /T /F`, and `/metrics`
+is outside the job. Without pywin32 (the `[windows]` extra), or when the job cannot be made,
+hooks still run and are killed with `taskkill /T /F` (by parent links), and `/metrics`
 leaves the resident memory out.
 
 Every Windows call goes through `Win32`, a thin seam: `PyWin32` makes the real calls, and
@@ -74,7 +74,8 @@ class JobTree:
     def kill(self) -> None:
         if self.job is not None:
             self.api.terminate_job(self.job)
-        self.api.taskkill(self.pid)
+        else:  # by parent links, while our handle keeps the pid from being reused
+            self.api.taskkill(self.pid)
 
     def close(self) -> None:
         if self.job is not None:
