@@ -93,6 +93,8 @@ class Actions:
         self._tasks: set[asyncio.Task[None]] = set()
         self._approvals: set[asyncio.Task[None]] = set()
         self._stopping = False
+        #: What a hook cut short gets between SIGTERM and SIGKILL (less when stopping).
+        self._kill_grace = hooks.KILL_GRACE
 
     @property
     def enabled(self) -> bool:
@@ -163,13 +165,19 @@ class Actions:
                 self._schedule(row.key, json.loads(row.detail), resumed=row.state == "posting")
 
     async def stop(self, timeout: float) -> None:
-        """Let running hooks finish within `timeout`; what has not started stays planned."""
+        """Let running hooks finish within `timeout`; what has not started stays planned.
+
+        A hook still running near the deadline has its process tree terminated, then killed
+        at the deadline (a quarter of `timeout`, at most `hooks.KILL_GRACE`, is left for that),
+        so a stop never waits for a hook's own timeout nor past `timeout`.
+        """
         self._stopping = True
         for task in self._approvals:
             task.cancel()
         pending = set(self._tasks)
         if pending:
-            _, late = await asyncio.wait(pending, timeout=timeout)
+            self._kill_grace = min(hooks.KILL_GRACE, timeout / 4)
+            _, late = await asyncio.wait(pending, timeout=timeout - self._kill_grace)
             for task in late:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -255,7 +263,9 @@ class Actions:
             outcome = audit.HookOutcome(name, "skipped", None, 0.0, "", error)
         else:
             await self._commit([], {key: "running"})
-            outcome = await hooks.run(hook, event, hooks.stdin_body(event), self._clock())
+            outcome = await hooks.run(
+                hook, event, hooks.stdin_body(event), self._clock(), lambda: self._kill_grace
+            )
         completed = audit.hook_completed(trigger, outcome, self._clock())
         await self._commit([completed], {key: outcome.outcome})
         self.hook_runs[(name, outcome.outcome)] += 1

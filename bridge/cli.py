@@ -150,7 +150,59 @@ def build_parser() -> argparse.ArgumentParser:
                 action="append",
                 help="only this spool sequence number (repeatable)",
             )
+    _add_service_parser(commands)
     return parser
+
+
+def _add_service_parser(commands: Any) -> None:
+    service = commands.add_parser(
+        "service",
+        help="install and control the Windows service (Windows, the [windows] extra)",
+        description="Register the bridge as a Windows service (automatic start, restarted after "
+        "a failure, logs in %ProgramData%\\maintenance-bridge\\logs), start, stop, query or "
+        "remove it. Run as Administrator. On Linux use deploy/systemd instead.",
+    )
+    actions = service.add_subparsers(dest="service_command", metavar="ACTION", required=True)
+    install = actions.add_parser("install", help="register the service (automatic start)")
+    install.add_argument(
+        "--config",
+        "-c",
+        type=Path,
+        default=None,
+        help="configuration file the service reads "
+        "(default: %%ProgramData%%\\maintenance-bridge\\config.toml)",
+    )
+    install.add_argument(
+        "--event-log",
+        action="store_true",
+        help="also write warnings and errors to the Windows Event Log",
+    )
+    for action, text in (
+        ("uninstall", "stop and remove the service"),
+        ("start", "start the service"),
+        ("stop", "stop the service (it delivers what is in flight first)"),
+        ("status", "print the service's state; exit status 3 unless it is running"),
+    ):
+        actions.add_parser(action, help=text)
+
+
+def _service(args: argparse.Namespace) -> int:
+    from bridge import platform, service
+
+    try:
+        manager = platform.service_manager()
+    except RuntimeError as exc:
+        print(f"maintenance-bridge service: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    config = getattr(args, "config", None) or platform.current().default_config_file()
+    spec = service.ServiceSpec(config.resolve(), getattr(args, "event_log", False))
+    try:
+        code, message = service.control(args.service_command, manager, spec)
+    except service.ServiceError as exc:
+        print(f"maintenance-bridge service {args.service_command}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(message, file=sys.stdout if code in (0, 3) else sys.stderr)
+    return code
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -165,19 +217,31 @@ def _load(path: Path | None) -> tuple[Config, Path | None]:
 
 
 def _install_signal_handlers(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
+    """Stop on SIGINT/SIGTERM (Ctrl+C/Ctrl+Break on Windows), exit at once on the second.
 
-    def first(signum: int) -> None:
-        log.info(
-            "received %s: shutting down (send it again to exit at once)",
-            signal.Signals(signum).name,
-        )
+    SIGHUP is logged and ignored rather than taken as a reload: swapping sinks, watchers or
+    hooks under a running spool is where events get lost or doubled, and a restart (which
+    delivers what is in flight and resumes from the checkpoints) applies a change safely.
+    """
+    from bridge import platform
+
+    requests: list[str] = []
+
+    def requested(name: str) -> None:
+        requests.append(name)
+        if len(requests) > 1:
+            log.warning("received %s again: exiting at once", name)
+            os._exit(128 + signal.Signals[name] if name in signal.Signals.__members__ else 1)
+        log.info("received %s: shutting down (send it again to exit at once)", name)
         stop.set()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda: os._exit(128 + signum))
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, first, sig)
+    def hangup() -> None:
+        log.warning(
+            "received SIGHUP: ignored; the configuration is read at start only, "
+            "restart the bridge to apply a change"
+        )
+
+    platform.current().install_stop_handlers(asyncio.get_running_loop(), requested, hangup)
 
 
 async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> ProviderName | None:
@@ -196,7 +260,11 @@ async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> Provider
     return None
 
 
-async def _run(config: Config, stop: asyncio.Event | None = None) -> int:
+async def _run(
+    config: Config, stop: asyncio.Event | None = None, *, handle_signals: bool = True
+) -> int:
+    """The sidecar until `stop` is set (or a signal asks; a Windows service stops it)."""
+    from bridge import statelock
     from bridge.health import HealthMonitor
     from bridge.listener import ListenerError
     from bridge.routes import serving
@@ -204,30 +272,48 @@ async def _run(config: Config, stop: asyncio.Event | None = None) -> int:
     from bridge.spool import Spool
 
     stop = stop or asyncio.Event()
-    _install_signal_handlers(stop)
+    if handle_signals:
+        _install_signal_handlers(stop)
     monitor = HealthMonitor()
     try:
-        async with serving(config.listener, monitor):
-            monitor.phase = "detecting"
-            provider = await _detect_until_stopped(config, stop)
-            if provider is None:
-                return EXIT_OK
-            sinks = build_sinks(config)
-            spool = Spool(
-                config.state.dir, [sink.name for sink in sinks], config.delivery.max_pending
-            )
-            bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
-            monitor.attach(bridge)
-            checks = asyncio.create_task(monitor.run_sink_checks(), name="sink-checks")
-            try:
-                await bridge.run(stop)
-            finally:
-                monitor.phase = "stopping"
-                checks.cancel()
+        with statelock.holding(config.state.dir):
+            async with serving(config.listener, monitor):
+                monitor.phase = "detecting"
+                provider = await _detect_until_stopped(config, stop)
+                if provider is None:
+                    return EXIT_OK
+                sinks = build_sinks(config)
+                spool = Spool(
+                    config.state.dir, [sink.name for sink in sinks], config.delivery.max_pending
+                )
+                bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
+                monitor.attach(bridge)
+                checks = asyncio.create_task(monitor.run_sink_checks(), name="sink-checks")
+                try:
+                    await bridge.run(stop)
+                finally:
+                    monitor.phase = "stopping"
+                    checks.cancel()
+    except statelock.StateDirInUse as exc:
+        print(f"maintenance-bridge: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except statelock.StateDirError as exc:  # a restart cannot create it: as a config error
+        print(f"maintenance-bridge: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except ListenerError as exc:
         print(f"maintenance-bridge: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+async def serve(path: Path | None, stop: asyncio.Event) -> int:
+    """`run` stopped by `stop` alone, no signal handlers (the Windows service's thread)."""
+    try:
+        config, _ = _load(path)
+    except ConfigError as exc:
+        log.error("%s", exc.render())
+        return EXIT_CONFIG
+    return await _run(config, stop, handle_signals=False)
 
 
 async def _once(config: Config) -> int:
@@ -247,6 +333,7 @@ async def _once(config: Config) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    from bridge import statelock
     from bridge.health import HealthMonitor
     from bridge.routes import serving
     from bridge.runner import Bridge, WatcherFactory, watcher_factory
@@ -255,7 +342,10 @@ async def _demo(args: argparse.Namespace) -> int:
     from sinks.stdout import StdoutSink
 
     async with Simulator(provider="all", scenario=args.scenario, speed=args.speed) as sim:
-        with tempfile.TemporaryDirectory(prefix="maintenance-bridge-demo-") as state_dir:
+        with (
+            tempfile.TemporaryDirectory(prefix="maintenance-bridge-demo-") as state_dir,
+            statelock.holding(Path(state_dir)),
+        ):
             config = parse_config(
                 {
                     "source": {
@@ -358,12 +448,22 @@ async def _spool(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
+def _utf8_stdout() -> None:
+    """JSON lines and tables in UTF-8 wherever stdout goes: redirected on Windows it would
+    be the ANSI code page, which cannot encode every character (and `doctor` prints a →)."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "utf-8").lower().replace("-", "")
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if encoding != "utf8" and reconfigure is not None:
+        reconfigure(encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from bridge import logs
 
     logs.setup(args.log_format, args.verbose)
+    _utf8_stdout()
     command: str = args.command
     try:
         if command == "schema":
@@ -377,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return simulator_cli.run(args)
         if command == "demo":
             return asyncio.run(_demo(args))
+        if command == "service":
+            return _service(args)
         if command == "validate-config":
             config, path = load_config(args.config or args.path)
             where = path or "defaults and environment"

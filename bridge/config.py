@@ -18,6 +18,7 @@ from typing import Annotated, Any, Final, Literal, Self
 
 import msgspec
 
+from bridge import platform
 from bridge.validation import ConfigError as ConfigError
 from bridge.validation import FieldError, HttpUrl, render_path, validate_into
 from sinks import registry
@@ -103,7 +104,8 @@ class Source(_Section, frozen=True, kw_only=True):
 
 
 class State(_Section, frozen=True, kw_only=True):
-    dir: Path = Path("/var/lib/maintenance-bridge")
+    #: /var/lib/maintenance-bridge; %ProgramData%\maintenance-bridge\state on Windows.
+    dir: Path = platform.current().default_state_dir()
 
 
 class Delivery(_Section, frozen=True, kw_only=True):

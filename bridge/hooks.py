@@ -6,8 +6,10 @@ argument list. The command gets the event's JSON on stdin and its main fields as
 environment variables (on top of the bridge's own environment), so a shell one-liner and
 a program that parses JSON are both easy to write. Its output goes to the bridge's log line
 by line (capped, so a chatty hook cannot flood the journal) and its tail into the audit
-event. It runs in a new session: at its timeout the whole process group is terminated, then
-killed, so no grandchild outlives a hook that was given up on.
+event. It runs in a process group of its own (a new session on POSIX, a new console group in
+a Job Object on Windows; `bridge.platform`): at its timeout the whole group is terminated,
+then killed, so no grandchild outlives a hook that was given up on. A command whose first
+item is a `.ps1` file runs with PowerShell (`POWERSHELL_ARGS`).
 
 Which hooks run when, at most once, is bridge/actions.py's business; this module only
 matches and runs.
@@ -20,12 +22,13 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from bridge import platform
 from bridge.audit import OUTPUT_TAIL_BYTES, HookOutcome
 from bridge.config import Hook
 from bridge.timeparse import lenient_time
@@ -38,6 +41,8 @@ MAX_LOGGED_LINES: Final = 200
 MAX_LINE_CHARS: Final = 2000
 #: Seconds between SIGTERM and SIGKILL to the process group of a hook that ran out of time.
 KILL_GRACE: Final = 5.0
+#: How a `.ps1` hook is run: no profile, no prompt, whatever the machine's execution policy.
+POWERSHELL_ARGS: Final = ("-NoProfile", "-NonInteractive", "-ExecutionPolicy", "Bypass", "-File")
 #: Seconds to keep reading output after the hook exited (a daemonized grandchild may hold
 #: the pipe open for ever; its output is not the hook's).
 DRAIN_AFTER_EXIT: Final = 1.0
@@ -132,27 +137,39 @@ class _Output:
             self.add(line)
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+def command_line(hook: Hook, system: platform.Platform | None = None) -> list[str]:
+    """The argument list to start: the hook's command, behind PowerShell for a `.ps1` file."""
+    command = list(hook.command)
+    if command[0].lower().endswith(".ps1"):
+        return [(system or platform.current()).powershell(), *POWERSHELL_ARGS, *command]
+    return command
 
 
-async def _end(process: asyncio.subprocess.Process) -> None:
-    """Terminate the hook's process group; kill it if it lingers."""
-    _signal_group(process.pid, signal.SIGTERM)
+async def _end(
+    process: asyncio.subprocess.Process, tree: platform.ProcessTree, grace: float
+) -> None:
+    """Terminate the hook's process tree; kill it if it lingers past `grace` seconds."""
+    tree.terminate()
     try:
-        await asyncio.wait_for(process.wait(), KILL_GRACE)
+        await asyncio.wait_for(process.wait(), grace)
     except TimeoutError:
-        _signal_group(process.pid, signal.SIGKILL)
+        tree.kill()
         await process.wait()
     else:
-        _signal_group(process.pid, signal.SIGKILL)  # grandchildren that ignored SIGTERM
+        tree.kill()  # grandchildren that ignored the request
 
 
-async def run(hook: Hook, event: dict[str, Any], body: bytes, now: datetime) -> HookOutcome:
+async def run(
+    hook: Hook,
+    event: dict[str, Any],
+    body: bytes,
+    now: datetime,
+    cancel_grace: Callable[[], float] = lambda: KILL_GRACE,
+) -> HookOutcome:
     """Run `hook` for `event` (`body`: its JSON) and report how it ended.
 
-    Cancelling this coroutine terminates the process group and re-raises.
+    Cancelling this coroutine terminates the process tree, kills it after `cancel_grace()`
+    seconds (a shutdown has less time to give than `KILL_GRACE`) and re-raises.
     """
     name = hook.display_name()
     due = deadline(hook, event["data"])
@@ -165,14 +182,15 @@ async def run(hook: Hook, event: dict[str, Any], body: bytes, now: datetime) -> 
             return HookOutcome(name, "skipped", None, 0.0, "", error)
         timeout = min(timeout, left)
     started = time.monotonic()
+    system = platform.current()
     try:
         process = await asyncio.create_subprocess_exec(
-            *hook.command,
+            *command_line(hook, system),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env=environment(hook, event, due),
-            start_new_session=True,
+            **system.spawn_options(),
         )
     except OSError as exc:
         error = f"cannot start {hook.command[0]!r}: {exc.strerror or exc}"
@@ -181,6 +199,7 @@ async def run(hook: Hook, event: dict[str, Any], body: bytes, now: datetime) -> 
     log.info(
         "hook %s started for %s (pid %d, timeout %.0fs)", name, event["id"], process.pid, timeout
     )
+    tree = system.contain(process.pid)
     output = _Output(name)
     assert process.stdin is not None
     assert process.stdout is not None
@@ -194,14 +213,15 @@ async def run(hook: Hook, event: dict[str, Any], body: bytes, now: datetime) -> 
             exit_code: int | None = await asyncio.wait_for(process.wait(), timeout)
         except TimeoutError:
             exit_code = None
-            await _end(process)
+            await _end(process, tree, KILL_GRACE)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(reader), DRAIN_AFTER_EXIT)
     except asyncio.CancelledError:
-        await asyncio.shield(_end(process))
+        await asyncio.shield(_end(process, tree, cancel_grace()))
         raise
     finally:
         reader.cancel()
+        tree.close()
     elapsed = time.monotonic() - started
     if exit_code is None:
         error = f"timed out after {timeout:.1f}s; its process group was terminated"

@@ -7,13 +7,10 @@ The spool gauges come from the spool itself, so they are right across restarts t
 
 from __future__ import annotations
 
-import os
-import resource
-import sys
 import time
 from typing import TYPE_CHECKING, Final
 
-from bridge import __version__
+from bridge import __version__, platform
 from bridge.prometheus import Exposition
 from bridge.spool import SpoolError
 
@@ -22,30 +19,25 @@ if TYPE_CHECKING:
 
 PREFIX: Final = "maintenance_bridge_"
 _STARTED: Final = time.time()
-_PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _resident_bytes() -> float:
-    """Current RSS from /proc on Linux; the peak from getrusage elsewhere."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            return float(int(statm.read().split()[1]) * _PAGE_SIZE)
-    except (OSError, ValueError, IndexError):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return float(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def _process(out: Exposition) -> None:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    out.add(
-        "process_cpu_seconds_total",
-        "counter",
-        "User and system CPU time spent, in seconds.",
-        [({}, usage.ru_utime + usage.ru_stime)],
-    )
-    out.add(
-        "process_resident_memory_bytes", "gauge", "Resident memory size.", [({}, _resident_bytes())]
-    )
+    """The standard process figures, from `bridge.platform` (a figure it lacks is left out)."""
+    figures = platform.current().process_figures()
+    if figures is not None:
+        out.add(
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time spent, in seconds.",
+            [({}, figures.cpu_seconds)],
+        )
+    if figures is not None and figures.resident_bytes is not None:
+        out.add(
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size.",
+            [({}, figures.resident_bytes)],
+        )
     out.add(
         "process_start_time_seconds",
         "gauge",

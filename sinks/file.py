@@ -14,6 +14,7 @@ from typing import Literal
 
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge import platform
 from bridge.events import serialize
 from sinks.base import Ok, Result, Retry, Sink, SinkConfig
 
@@ -36,7 +37,8 @@ class FileSink(Sink):
         data = b"".join(serialize(event) + b"\n" for event in batch)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | platform.O_BINARY
+            fd = os.open(self.path, flags, 0o640)
             try:
                 size = os.fstat(fd).st_size
                 try:

@@ -18,16 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import psutil
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import Config, parse_config
 from bridge.events import EVENT_TYPES, as_dict, schema
 from bridge.runner import Bridge, ProviderName, WatcherFactory, watcher_factory
-from bridge.simulator import Simulator
+from bridge.simulator import Simulator, SimulatorThread
 from bridge.spool import Spool
 from sinks.base import Result
 from sinks.memory import MemorySink
 
+REPOSITORY = Path(__file__).resolve().parent.parent
 FAST_RETRY: dict[str, Any] = {"retry_initial": 0.01, "retry_max": 0.05}
 _VALIDATOR = jsonschema.Draft202012Validator(
     schema(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -98,6 +100,53 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def azure_file_config(tmp_path: Path, sim: Simulator | SimulatorThread, extra: str = "") -> Path:
+    """A configuration file for a real `maintenance-bridge` process: the simulator's Azure,
+    state in `tmp_path/state`, events to the file sink `tmp_path/events.jsonl`, a free
+    listener port; `extra` is TOML appended as is."""
+    config = tmp_path / "bridge.toml"
+    config.write_text(f"""
+[source]
+provider = "azure"
+[source.azure]
+imds_url = "{sim.azure_url}"
+poll_interval = 0.25
+[state]
+dir = "{tmp_path / "state"}"
+[listener]
+port = 0
+[[sinks]]
+type = "file"
+path = "{tmp_path / "events.jsonl"}"
+{extra}
+""")
+    return config
+
+
+async def spawn_bridge(*args: str) -> asyncio.subprocess.Process:
+    """`python -m bridge --log-format json ARGS` from the repository root, stderr piped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bridge",
+        "--log-format",
+        "json",
+        *args,
+        cwd=REPOSITORY,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+def alive(pid: int) -> bool:
+    """Running: not gone, and not a zombie nobody reaped (PID 1 of a container may not reap).
+    psutil, so that the check means the same on Windows."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 async def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> None:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bridge.events import schema
 from bridge.simulator import Simulator, SimulatorThread
@@ -120,6 +121,7 @@ def test_once_without_any_metadata_service_says_so(tmp_path: Path) -> None:
     assert "no metadata service found" in result.stderr
 
 
+@pytest.mark.posix  # SIGTERM/SIGINT to a child process
 async def test_run_delivers_to_a_file_serves_its_listener_and_exits_0_on_sigterm(
     tmp_path: Path,
 ) -> None:
@@ -184,6 +186,7 @@ path = "{out}"
     assert 'maintenance_bridge_events_delivered_total{sink="file"} 1' in metrics.text
 
 
+@pytest.mark.posix  # SIGTERM/SIGINT to a child process
 async def test_sigterm_while_no_cloud_is_found_yet_exits_0(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "bridge.toml",

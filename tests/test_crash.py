@@ -27,6 +27,8 @@ from aiohttp import web
 from bridge.simulator import Simulator
 from tests.support import assert_valid
 
+pytestmark = pytest.mark.posix  # SIGTERM to the bridge between kills
+
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = range(20)
 
@@ -84,7 +86,7 @@ class Process:
 
     async def kill(self) -> None:
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
+        self.proc.kill()  # SIGKILL
         await self.proc.wait()
         self.kills += 1
 

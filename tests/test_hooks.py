@@ -19,7 +19,7 @@ import pytest
 from bridge.audit import HOOK_COMPLETED
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
-from tests.support import CheckedSink, eventually, running_bridge
+from tests.support import CheckedSink, alive, eventually, running_bridge
 
 AZURE: tuple[ProviderName, ...] = ("azure",)
 MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
@@ -37,15 +37,6 @@ print("recorded", event["data"]["status"])
 
 def python_hook(name: str, code: str, *args: str, **options: Any) -> dict[str, Any]:
     return {"name": name, "command": [sys.executable, "-c", code, *args], **options}
-
-
-def alive(pid: int) -> bool:
-    """Running (not gone, not a zombie nobody reaped: PID 1 of a container may not reap)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def records(path: Path) -> list[dict[str, Any]]:

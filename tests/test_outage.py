@@ -136,6 +136,7 @@ async def test_a_400_is_dead_lettered_and_replay_delivers_it(
         await spool.close()
 
 
+@pytest.mark.posix  # SIGTERM/SIGINT to a child process
 async def test_sigterm_during_a_backlog_exits_within_the_deadline_keeping_the_rest(
     tmp_path: Path, receiver: FlakyReceiver
 ) -> None:

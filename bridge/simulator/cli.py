@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
 from typing import TYPE_CHECKING, TextIO
 
@@ -87,11 +85,12 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
         port=args.port,
         on_step=on_step,
     )
+    from bridge import platform
+
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):  # Windows has no add_signal_handler
-            loop.add_signal_handler(signum, stop.set)
+    platform.current().install_stop_handlers(
+        asyncio.get_running_loop(), lambda _name: stop.set(), stop.set
+    )
     await sim.start()
     try:
         _banner(sim, out)

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 import requests
 
 from bridge.simulator import SimulatorThread
@@ -51,6 +52,7 @@ def _start_cli(*args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.posix  # SIGTERM/SIGINT to a child process
 def test_cli_serves_logs_steps_and_exits_cleanly_on_sigint() -> None:
     proc = _start_cli("--port", "0", "--provider", "azure", "--scenario", "azure-spot-preempt",
                       "--speed", "100")  # fmt: skip
@@ -79,6 +81,7 @@ def test_cli_serves_logs_steps_and_exits_cleanly_on_sigint() -> None:
             proc.wait()
 
 
+@pytest.mark.posix  # SIGTERM/SIGINT to a child process
 def test_cli_sigterm_and_gce_banner() -> None:
     proc = _start_cli("--port", "0", "--provider", "gce")
     try:

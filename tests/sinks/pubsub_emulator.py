@@ -9,10 +9,8 @@ subscriptions: callers recreate them.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -24,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from bridge import platform
 from tests.support import free_port
 
 SDK_ROOTS = (
@@ -93,7 +92,7 @@ class Emulator:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=directory,
-                start_new_session=True,
+                **platform.current().spawn_options(),
             )
         while time.monotonic() - began < timeout:
             text = self.log_text()
@@ -117,17 +116,16 @@ class Emulator:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+        tree = platform.current().contain(proc.pid)
+        tree.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            tree.kill()
             proc.wait(10)
         # The launcher may have exited first: make sure nothing of the group survives.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        tree.kill()
+        tree.close()
         if self._log is not None:
             shutil.rmtree(self._log.parent, ignore_errors=True)
 
