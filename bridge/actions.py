@@ -28,14 +28,18 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge import approval, audit, hooks
 from bridge.config import Config
-from bridge.events import as_dict, serialize
+from bridge.events import as_dict, parse, serialize
 from bridge.spool import NewEvent, Spool, SpoolError
+
+if TYPE_CHECKING:
+    from bridge.coordination.budget import Budget, Grant
 
 log = logging.getLogger("bridge.actions")
 
@@ -92,6 +96,14 @@ class Actions:
         self._tasks: set[asyncio.Task[None]] = set()
         self._approvals: set[asyncio.Task[None]] = set()
         self._stopping = False
+        #: The fleet's maintenance budget, when [coordination] is configured.
+        self.budget: Budget | None = None
+        if config.coordination is not None:
+            from bridge.coordination.budget import build
+
+            self.budget = build(config.coordination)
+        self._ended: set[str] = set()
+        self._budget_tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def enabled(self) -> bool:
@@ -110,7 +122,10 @@ class Actions:
             hook_keys = [_hook_key(event, name) for name in names]
             for key, name in zip(hook_keys, names, strict=True):
                 if key not in self._known:
-                    planned[key] = json.dumps({"action": "hook", "hook": name, "event": event})
+                    detail: dict[str, Any] = {"action": "hook", "hook": name, "event": event}
+                    if self._hooks[name].budget:
+                        detail["budget"] = True
+                    planned[key] = json.dumps(detail)
             key = _approval_key(event)
             decision = self._approval_for(event)
             if decision is not None and key not in self._known and key not in planned:
@@ -120,6 +135,7 @@ class Actions:
                         "rule": decision.rule,
                         "hooks": hook_keys,
                         "event": event,
+                        **({"budget": True} if self.budget is not None else {}),
                     }
                 )
         return planned
@@ -150,6 +166,16 @@ class Actions:
             self._known.add(key)
             self._schedule(key, json.loads(detail), resumed=False)
 
+    def observed(self, events: Sequence[CloudEvent]) -> None:
+        """`events` were committed: a notice that completed or was cancelled frees its slot."""
+        for cloud_event in events:
+            event = as_dict(cloud_event)
+            if event["data"].get("status") in ("completed", "cancelled"):
+                chain = _chain(event)
+                self._ended.add(chain)
+                if self.budget is not None:
+                    self.budget.release(chain)
+
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -157,6 +183,8 @@ class Actions:
         rows = await self._spool.actions()
         self._known = {row.key for row in rows}
         await self._report_interrupted()
+        if self.budget is not None:
+            await self._resume_budget(rows)
         for row in rows:
             if row.state in ("planned", "posting"):
                 self._schedule(row.key, json.loads(row.detail), resumed=row.state == "posting")
@@ -175,6 +203,11 @@ class Actions:
             if late:
                 log.warning("shutdown deadline reached; %d hook chain(s) cut short", len(late))
         await self._report_interrupted()
+        if self.budget is not None:
+            for task in self._budget_tasks:
+                task.cancel()
+            await asyncio.gather(*self._budget_tasks, return_exceptions=True)
+            await self.budget.aclose()
 
     async def wait_idle(self) -> None:
         """Until every action started so far is done (tests)."""
@@ -243,14 +276,39 @@ class Actions:
     async def _run_hook(self, key: str, name: str, event: dict[str, Any]) -> None:
         trigger = audit.Trigger.of(event)
         hook = self._hooks.get(name)
+        grant: Grant | None = None
         if hook is None:
             error = "the hook is no longer configured"
             log.warning("hook %s not run for %s: %s", name, event["id"], error)
             outcome = audit.HookOutcome(name, "skipped", None, 0.0, "", error)
         else:
-            await self._commit([], {key: "running"})
-            outcome = await hooks.run(hook, event, hooks.stdin_body(event), self._clock())
-        completed = audit.hook_completed(trigger, outcome, self._clock())
+            grant = None
+            if hook.budget and self.budget is not None:
+                # Its deadline, else not_before (the moment waiting stops making sense).
+                due = hooks.deadline(hook, event["data"]) or hooks.deadline(
+                    msgspec.structs.replace(hook, deadline_before=0.0), event["data"]
+                )
+                grant = await self._take(event, f"hook {name}", due, self._in_force(event))
+            if (
+                grant is not None
+                and not grant.may_act
+                and not (grant.outcome == "timed-out" and hook.on_budget_timeout == "run")
+            ):
+                error = _no_slot(grant)
+                log.warning("hook %s skipped for %s: %s", name, event["id"], error)
+                outcome = audit.HookOutcome(name, "skipped", None, grant.waited_seconds, "", error)
+            else:
+                if grant is not None and grant.outcome == "timed-out":
+                    log.warning(
+                        "hook %s runs for %s without a budget slot (on_budget_timeout = run)",
+                        name,
+                        event["id"],
+                    )
+                await self._commit([], {key: "running"})
+                outcome = await hooks.run(hook, event, hooks.stdin_body(event), self._clock())
+        completed = audit.hook_completed(
+            trigger, outcome, self._clock(), budget=None if grant is None else grant.as_data()
+        )
         await self._commit([completed], {key: outcome.outcome})
         self.hook_runs[(name, outcome.outcome)] += 1
 
@@ -284,6 +342,21 @@ class Actions:
         event = detail["event"]
         data = event["data"]
         notice_id = data["notice_id"]
+        grant: Grant | None = None
+        if self.budget is not None:
+            source = event["source"]
+            grant = await self._take(
+                event, "approval", None, lambda: self._is_scheduled(source, notice_id)
+            )
+            if grant.outcome == "withdrawn":
+                log.warning(
+                    "not approving %s: it started at NotBefore without our approval while "
+                    "the approval waited %.0fs for a budget slot of %s; the maintenance "
+                    "proceeds without us",
+                    notice_id,
+                    grant.waited_seconds,
+                    grant.group,
+                )
         delay = self._retry_delay
         while True:
             if not self._is_scheduled(event["source"], notice_id):
@@ -316,6 +389,69 @@ class Actions:
             rule=detail["rule"],
             leader=config.leader,
             at=self._clock(),
+            budget=None if grant is None else grant.as_data(),
         )
         await self._commit([approved], {key: "approved"})
         self.approvals[(detail["rule"], "approved")] += 1
+
+    # -- the budget (bridge/coordination) ---------------------------------------------------
+
+    def _in_force(self, event: dict[str, Any]) -> Callable[[], bool]:
+        chain = _chain(event)
+        return lambda: chain not in self._ended and not self._stopping
+
+    async def _take(
+        self,
+        event: dict[str, Any],
+        action: str,
+        deadline: datetime | None,
+        wanted: Callable[[], bool],
+    ) -> Grant:
+        assert self.budget is not None
+        return await self.budget.take(
+            _chain(event),
+            event["data"]["instance"],
+            action=action,
+            deadline=deadline,
+            wanted=wanted,
+        )
+
+    async def _resume_budget(self, rows: Sequence[Any]) -> None:
+        """Take again the slots of notices still in force whose disruptive action had
+        started before the restart (the maintenance may be under way), and start the
+        engine probe."""
+        assert self.budget is not None
+        probe = asyncio.create_task(self.budget.probe(), name="coordination:probe")
+        self._budget_tasks.add(probe)
+        in_force = set()
+        for key, body in (await self._spool.in_force()).items():
+            in_force.add("\t".join((parse(body).get_source(), key.split("\t", 1)[1])))
+        resumed: set[str] = set()
+        for row in rows:
+            detail = json.loads(row.detail)
+            event = detail["event"]
+            chain = _chain(event)
+            if not detail.get("budget") or row.state == "planned" or chain in resumed:
+                continue
+            if chain not in in_force:
+                continue
+            resumed.add(chain)
+            log.info(
+                "taking the budget slot of %s again (its action ran before the restart)",
+                event["data"]["notice_id"],
+            )
+            task = asyncio.create_task(
+                self._take(event, "resume", None, self._in_force(event)),
+                name=f"coordination:resume:{chain}",
+            )
+            self._budget_tasks.add(task)
+            task.add_done_callback(self._budget_tasks.discard)
+
+
+def _no_slot(grant: Grant) -> str:
+    if grant.outcome == "withdrawn":
+        return f"the notice ended while it waited {grant.waited_seconds:.0f}s for a budget slot"
+    return (
+        f"no budget slot of {grant.group} free before its deadline "
+        f"(waited {grant.waited_seconds:.0f}s; on_budget_timeout = skip)"
+    )

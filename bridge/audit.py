@@ -100,8 +100,13 @@ def _event(attributes: dict[str, Any], data: dict[str, Any]) -> CloudEvent:
     return CloudEvent({**base, **attributes}, data)
 
 
-def hook_completed(trigger: Trigger, run: HookOutcome, at: datetime) -> CloudEvent:
-    """`io.maintenancebridge.hook.completed` for one run of one hook on one transition."""
+def hook_completed(
+    trigger: Trigger, run: HookOutcome, at: datetime, *, budget: dict[str, Any] | None = None
+) -> CloudEvent:
+    """`io.maintenancebridge.hook.completed` for one run of one hook on one transition.
+
+    `budget`: for a hook marked `budget = true`, how taking its slot went (who, when).
+    """
     tail = run.output_tail.encode()[-OUTPUT_TAIL_BYTES:].decode(errors="replace")
     return _event(
         {
@@ -120,12 +125,19 @@ def hook_completed(trigger: Trigger, run: HookOutcome, at: datetime) -> CloudEve
             "duration_seconds": round(run.duration_seconds, 3),
             "output_tail": tail,
             "error": run.error,
+            **({"budget": budget} if budget is not None else {}),
         },
     )
 
 
 def approved(
-    trigger: Trigger, *, approved_by: str, rule: str, leader: str, at: datetime
+    trigger: Trigger,
+    *,
+    approved_by: str,
+    rule: str,
+    leader: str,
+    at: datetime,
+    budget: dict[str, Any] | None = None,
 ) -> CloudEvent:
     """`io.maintenancebridge.maintenance.approved`: this VM sent StartRequests for the notice.
 
@@ -140,7 +152,13 @@ def approved(
             "subject": trigger.notice_id,
             "time": at.astimezone(UTC),
         },
-        {**trigger.as_data(), "approved_by": approved_by, "rule": rule, "leader": leader},
+        {
+            **trigger.as_data(),
+            "approved_by": approved_by,
+            "rule": rule,
+            "leader": leader,
+            **({"budget": budget} if budget is not None else {}),
+        },
     )
 
 

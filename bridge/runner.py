@@ -177,6 +177,7 @@ class Bridge:
                         )
                     self.dispatcher.notify()
                     self.actions.planned(plan)
+                    self.actions.observed(events)
                     delay = 1.0
             except asyncio.CancelledError:
                 await watcher.aclose()

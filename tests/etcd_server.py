@@ -1,0 +1,172 @@
+"""A real etcd server for the coordination tests: Debian's `etcd-server`, on loopback.
+
+One single-member cluster per test, with free ports and a temporary data directory, run in
+its own process group so it can be stopped, killed with -9 and restarted on the same ports
+and data (what the outage tests need). When the binary is missing the set-up installs the
+package with apt-get if it runs as root; otherwise the tests skip, and fail under `CI=true`.
+
+`history` reads etcd's own record: the keys under a prefix at every revision, which is
+how the tests check that no more than `budget` slots were ever held at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import free_port
+
+INSTALL_HELP = (
+    "etcd is needed for the coordination tests: install Debian's etcd-server package "
+    "(`apt-get install etcd-server`) or put an `etcd` 3.4+ binary on PATH."
+)
+_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def find_etcd() -> str | None:
+    """The etcd binary; installs Debian's etcd-server when missing and possible (root)."""
+    found = shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
+    if found or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return found
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "etcd-server"]):
+        result = subprocess.run(command, env=env, capture_output=True, check=False, timeout=600)
+        if result.returncode != 0:
+            return None
+    return shutil.which("etcd") or None
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode("ascii")
+
+
+@dataclass
+class EtcdServer:
+    """One etcd process; `stop`, `kill` and `start` again keep its ports and data."""
+
+    binary: str
+    client_port: int = field(default_factory=free_port)
+    peer_port: int = field(default_factory=free_port)
+    data_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="etcd-")))
+    _proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 30.0) -> None:
+        assert not self.running
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        log = (self.data_dir / "etcd.log").open("ab")
+        with log:
+            self._proc = subprocess.Popen(
+                [
+                    self.binary,
+                    "--name=test",
+                    f"--data-dir={self.data_dir / 'data'}",
+                    f"--listen-client-urls={self.url}",
+                    f"--advertise-client-urls={self.url}",
+                    f"--listen-peer-urls={peer}",
+                    f"--initial-advertise-peer-urls={peer}",
+                    f"--initial-cluster=test={peer}",
+                    "--log-level=error",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                break
+            with contextlib.suppress(OSError, ValueError):
+                if self.call("kv/range", {"key": b64("/")}).get("header"):
+                    return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"etcd did not start within {timeout}s on {self.url}")
+
+    def _signal(self, sig: signal.Signals) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        proc.wait(20)
+
+    def stop(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def remove(self) -> None:
+        self.kill()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One gateway call with the standard library (independent of the bridge's client)."""
+        request = urllib.request.Request(  # noqa: S310 (a loopback http:// url we built)
+            f"{self.url}/v3/{path}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
+
+    def keys(self, prefix: str, revision: int = 0) -> dict[str, str]:
+        """key -> value under `prefix`, now or at `revision`."""
+        end = bytearray(prefix.encode())
+        end[-1] += 1
+        body: dict[str, Any] = {
+            "key": b64(prefix),
+            "range_end": base64.b64encode(bytes(end)).decode(),
+        }
+        if revision:
+            body["revision"] = str(revision)
+        kvs = self.call("kv/range", body).get("kvs") or []
+        return {
+            base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode()
+            for kv in kvs
+        }
+
+    def revision(self) -> int:
+        return int(self.call("kv/range", {"key": b64("/")})["header"]["revision"])
+
+    def history(self, prefix: str) -> list[dict[str, str]]:
+        """The keys under `prefix` at every revision of the store (it is never compacted)."""
+        return [self.keys(prefix, rev) for rev in range(1, self.revision() + 1)]
+
+
+@pytest.fixture
+def etcd() -> Iterator[EtcdServer]:
+    """A fresh etcd for one test (skipped without etcd, failing under CI=true)."""
+    binary = find_etcd()
+    if binary is None:
+        if _CI:
+            pytest.fail(INSTALL_HELP)
+        pytest.skip(INSTALL_HELP)
+    server = EtcdServer(binary)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()
