@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from bridge.audit import HOOK_COMPLETED
+from bridge.audit import APPROVED, HOOK_COMPLETED
 from bridge.coordination.budget import Budget, group_of
 from bridge.coordination.settings import Coordination
+from bridge.health import HealthMonitor
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from bridge.simulator.group import AzureGroup
@@ -162,3 +166,209 @@ def test_the_group_comes_from_the_vm_identity() -> None:
     assert group_of(zone, {**instance, "zone": None}) == "zone:westeurope"
     literal = validate(Coordination, {"endpoints": ["http://etcd:2379"], "group": "db"})
     assert group_of(literal, instance) == "db"
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def config_file(path: Path, tables: dict[str, dict[str, Any]], hooks: list[dict[str, Any]]) -> Path:
+    """A TOML configuration (flat tables and [[hooks]]) for a bridge run as a process."""
+    lines = []
+    for name, table in tables.items():
+        lines.append(f"[{name}]")
+        lines += [f"{key} = {_toml(value)}" for key, value in table.items()]
+    for hook in hooks:
+        lines.append("[[hooks]]")
+        lines += [f"{key} = {_toml(value)}" for key, value in hook.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def test_a_killed_holder_loses_its_slot_within_the_lease_ttl(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "drains.log"
+    pid_file = tmp_path / "hook.pid"
+    hold = (
+        "import os, time; open(os.environ['PIDS'], 'w').write(str(os.getpid())); "
+        "open(os.environ['LOG'], 'a').write(os.environ['MB_INSTANCE'] + ' start\\n'); "
+        "time.sleep(600)"
+    )
+    slow = {
+        "name": "drain",
+        "command": ["/usr/bin/env", f"LOG={log}", f"PIDS={pid_file}", sys.executable, "-c", hold],
+        "statuses": ["scheduled"],
+        "budget": True,
+        "timeout": 600,
+    }
+    settings = {"coordination": coordination(etcd), "hooks": [drain_hook(log)]}
+    async with AzureGroup(azure_sim, ["vm-0", "vm-1"]) as group:
+        # vm-0 is a real bridge process, so that it can be killed with -9.
+        config = config_file(
+            tmp_path / "vm-0.toml",
+            {
+                "source": {"provider": "azure"},
+                "source.azure": {"imds_url": group.imds_url("vm-0"), "poll_interval": 0.25},
+                "state": {"dir": str(tmp_path / "vm-0")},
+                "listener": {"enabled": False},
+                "coordination": coordination(etcd),
+            },
+            [slow],
+        )
+        bridge = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bridge",
+            "run",
+            "--config",
+            str(config),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
+            await eventually(lambda: etcd.keys(SLOTS) != {}, timeout=30)
+            assert list(etcd.keys(SLOTS).values()) == ["vm-0"]
+            async with running_bridge(
+                azure_sim,
+                tmp_path / "vm-1",
+                AZURE,
+                sink=CheckedSink("vm-1"),
+                settings=settings,
+                azure={"imds_url": group.imds_url("vm-1")},
+            ) as run:
+                azure_sim.azure.add_event(event_type="Reboot", resources=["vm-1"])
+                await eventually(
+                    lambda: budget_of(run).takes == {} and budget_of(run).unavailable == 0
+                )
+                await eventually(lambda: budget_of(run).last_contact is not None)
+                assert "vm-1" not in log.read_text()  # waiting: vm-0 holds the slot
+                os.killpg(bridge.pid, signal.SIGKILL)
+                await bridge.wait()
+                loop = asyncio.get_running_loop()
+                killed_at = loop.time()
+                await eventually(lambda: "vm-0" not in etcd.keys(SLOTS).values(), timeout=TTL + 2)
+                freed_after = loop.time() - killed_at
+                (completed,) = await run.sink.wait_for_type(HOOK_COMPLETED, timeout=10)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(bridge.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)  # the orphaned hook
+            await bridge.wait()
+    assert freed_after <= TTL + 1.5
+    assert completed["data"]["budget"]["outcome"] == "acquired"
+    most, holders = max_holders(etcd)
+    assert (most, holders) == (1, ["vm-0", "vm-1"])
+
+
+def coordination_check(run: Running) -> tuple[bool, str]:
+    """The `coordination` line of the bridge's /readyz."""
+    monitor = HealthMonitor()
+    monitor.attach(run.bridge)
+    (check,) = [c for c in monitor.readiness() if c.name == "coordination"]
+    return check.ok, check.detail
+
+
+async def test_while_etcd_is_down_a_budgeted_hook_waits_and_readyz_says_so(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "drains.log"
+    settings = {
+        "coordination": coordination(etcd, on_unavailable="wait"),
+        "hooks": [drain_hook(log)],
+    }
+    async with fleet(azure_sim, tmp_path, ["vm-0", "vm-1"], settings) as (_group, runs):
+        first = azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
+        await runs["vm-0"].sink.wait_for_type(HOOK_COMPLETED)  # vm-0 holds the slot
+        etcd.stop()
+        azure_sim.azure.add_event(event_type="Reboot", resources=["vm-1"])
+        waiting = budget_of(runs["vm-1"])
+        await eventually(lambda: waiting.waiting == 1 and waiting.unavailable > 0)
+        ok, detail = coordination_check(runs["vm-1"])
+        assert not ok
+        assert "unreachable, disruptive actions wait" in detail
+        etcd.start()
+        await eventually(lambda: coordination_check(runs["vm-1"])[0])
+        # The holder kept its slot across the restart (etcd keeps leases); vm-1 still waits.
+        assert list(etcd.keys(SLOTS).values()) == ["vm-0"]
+        assert waiting.waiting == 1
+        assert "vm-1" not in log.read_text()
+        azure_sim.azure.remove_event(first)
+        (completed,) = await runs["vm-1"].sink.wait_for_type(HOOK_COMPLETED)
+    assert completed["data"]["budget"]["outcome"] == "acquired"
+    assert completed["data"]["budget"]["waited_seconds"] > 0
+    assert max_holders(etcd) == (1, ["vm-0", "vm-1"])
+
+
+async def test_while_etcd_is_down_proceed_acts_without_a_slot_and_says_so(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "drains.log"
+    settings = {
+        "coordination": coordination(etcd, on_unavailable="proceed"),
+        "hooks": [drain_hook(log)],
+    }
+    async with fleet(azure_sim, tmp_path, ["vm-0"], settings) as (_group, runs):
+        run = runs["vm-0"]
+        etcd.stop()
+        azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
+        (blind,) = await run.sink.wait_for_type(HOOK_COMPLETED)
+        ok, detail = coordination_check(run)
+        assert ok
+        assert "acting without slots" in detail
+        etcd.start()
+        azure_sim.azure.add_event(event_type="Freeze", resources=["vm-0"])
+        _, counted = await run.sink.wait_for_type(HOOK_COMPLETED, 2)
+    assert blind["data"]["outcome"] == "succeeded"
+    assert blind["data"]["budget"]["outcome"] == "unavailable"
+    assert blind["data"]["budget"]["acquired_at"] is None
+    assert counted["data"]["budget"]["outcome"] == "acquired"
+    assert budget_of(run).takes[("hook drain", "unavailable")] == 1
+
+
+async def test_approvals_take_turns_and_one_that_waits_past_not_before_is_not_sent(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    settings = {
+        "coordination": coordination(etcd),
+        "approval": {"leader": "self", "preset": "vendor-sample"},
+    }
+    names = ["vm-0", "vm-1", "vm-2"]
+    async with fleet(azure_sim, tmp_path, names, settings) as (_group, runs):
+        # User reboots: the preset approves them at once, the budget lets one at a time.
+        for name in ("vm-0", "vm-1"):
+            azure_sim.azure.add_event(
+                event_type="Reboot", source="User", resources=[name], started_for=1.0
+            )
+        await runs["vm-0"].sink.wait_for_type(APPROVED, timeout=20)
+        await runs["vm-1"].sink.wait_for_type(APPROVED, timeout=20)
+        # vm-2's approval waits behind a slot that never frees; its event starts by itself.
+        held = azure_sim.azure.add_event(
+            event_type="Reboot", source="User", resources=["vm-0"], auto_complete=False
+        )
+        await eventually(lambda: len(azure_sim.azure.approval_log) == 3)
+        late = azure_sim.azure.add_event(
+            event_type="Reboot", source="User", resources=["vm-2"], not_before_in=1.5
+        )
+        await eventually(lambda: ("reboot", "started") in runs["vm-2"].sink.summary())
+        await runs["vm-2"].settle(0.5)
+        azure_sim.azure.remove_event(held)
+    approvals = [(a.client, a.event_id) for a in azure_sim.azure.approval_log]
+    clients = [client for client, _ in approvals]
+    assert sorted(clients[:2]) == ["vm-0", "vm-1"]  # whoever came first; one at a time
+    assert clients[2:] == ["vm-0"]
+    assert late not in [event_id for _, event_id in approvals]
+    assert runs["vm-2"].sink.of_type(APPROVED) == []
+    assert budget_of(runs["vm-2"]).takes[("approval", "withdrawn")] == 1
+    for name in ("vm-0", "vm-1"):
+        (first, *_) = runs[name].sink.of_type(APPROVED)
+        assert first["data"]["budget"]["outcome"] == "acquired"
+    most, _ = max_holders(etcd)
+    assert most == 1

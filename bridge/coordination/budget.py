@@ -104,6 +104,8 @@ class Budget:
         self.waits: Counter[str] = Counter()
         self.wait_seconds: dict[str, float] = {}
         self.unavailable = 0
+        #: Disruptive actions waiting for a slot right now.
+        self.waiting = 0
         #: The engine's last answer: (ok, detail, when), for /readyz.
         self.last_contact: tuple[bool, str, float] | None = None
 
@@ -135,6 +137,23 @@ class Budget:
         group = group_of(settings, instance)
         member = settings.member or str(instance.get("name") or "")
         started = time.monotonic()
+        self.waiting += 1
+        try:
+            return await self._take(notice, group, member, action, deadline, wanted, started)
+        finally:
+            self.waiting -= 1
+
+    async def _take(
+        self,
+        notice: str,
+        group: str,
+        member: str,
+        action: str,
+        deadline: datetime | None,
+        wanted: Callable[[], bool],
+        started: float,
+    ) -> Grant:
+        settings = self.settings
         announced = ""
         lock = self._locks.setdefault(group, asyncio.Lock())
         while True:
