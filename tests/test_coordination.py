@@ -17,9 +17,13 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from bridge import metrics
 from bridge.audit import APPROVED, HOOK_COMPLETED
 from bridge.coordination.budget import Budget, group_of
 from bridge.coordination.settings import Coordination
+from bridge.doctor import Doctor
 from bridge.health import HealthMonitor
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
@@ -27,7 +31,7 @@ from bridge.simulator.group import AzureGroup
 from bridge.validation import validate
 from tests.etcd_server import EtcdServer
 from tests.etcd_server import etcd as etcd
-from tests.support import CheckedSink, Running, eventually, running_bridge
+from tests.support import CheckedSink, Running, bridge_config, eventually, running_bridge
 
 AZURE: tuple[ProviderName, ...] = ("azure",)
 PREFIX = "/mb-test/"
@@ -372,3 +376,39 @@ async def test_approvals_take_turns_and_one_that_waits_past_not_before_is_not_se
         assert first["data"]["budget"]["outcome"] == "acquired"
     most, _ = max_holders(etcd)
     assert most == 1
+
+
+async def test_doctor_and_metrics_show_the_engine_the_group_and_the_slot(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "drains.log"
+    settings = {"coordination": coordination(etcd), "hooks": [drain_hook(log)]}
+    async with fleet(azure_sim, tmp_path, ["vm-0"], settings) as (group, runs):
+        run = runs["vm-0"]
+        azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
+        await run.sink.wait_for_type(HOOK_COMPLETED)
+        monitor = HealthMonitor()
+        monitor.attach(run.bridge)
+        text = await metrics.render(monitor)
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert families["maintenance_bridge_coordination_slots_held"].samples[0].value == 1
+        assert families["maintenance_bridge_coordination_up"].samples[0].value == 1
+        (take,) = families["maintenance_bridge_coordination_takes"].samples
+        assert (take.labels, take.value) == ({"action": "hook drain", "outcome": "acquired"}, 1)
+
+        config = bridge_config(
+            azure_sim,
+            tmp_path / "doctor",
+            {"coordination": coordination(etcd)},
+            provider="azure",
+            azure={"imds_url": group.imds_url("vm-0")},
+        )
+        findings = {f.check: f for f in await Doctor(config, None, timeout=2).run()}
+        assert findings["coordination"].verdict == "ok"
+        assert "etcd 3." in findings["coordination"].detail
+        assert "group fleet: 1 of 1 slot(s) taken (vm-0)" in findings["coordination"].detail
+        etcd.stop()
+        findings = {f.check: f for f in await Doctor(config, None, timeout=2).run()}
+        assert findings["coordination"].verdict == "fail"
+        assert "on_unavailable = wait" in findings["coordination"].detail
+        etcd.start()

@@ -103,6 +103,7 @@ class Budget:
         self.takes: Counter[tuple[str, str]] = Counter()
         self.waits: Counter[str] = Counter()
         self.wait_seconds: dict[str, float] = {}
+        #: Failed calls to the engine (unreachable or refusing).
         self.unavailable = 0
         #: Disruptive actions waiting for a slot right now.
         self.waiting = 0
@@ -118,6 +119,8 @@ class Budget:
 
     def _contact(self, ok: bool, detail: str) -> None:
         previous = self.last_contact
+        if not ok:
+            self.unavailable += 1
         if previous is not None and previous[0] != ok:
             level = logging.INFO if ok else logging.WARNING
             log.log(level, "coordination engine %s: %s", "reachable" if ok else "down", detail)
@@ -167,7 +170,6 @@ class Budget:
                 try:
                     holder = await self.backend.acquire(group, member, settings.budget)
                 except (Unavailable, EngineError) as exc:
-                    self.unavailable += 1
                     self._contact(False, str(exc))
                     if settings.on_unavailable == "proceed":
                         log.warning(
