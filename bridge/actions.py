@@ -27,7 +27,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -284,10 +284,13 @@ class Actions:
         else:
             grant = None
             if hook.budget and self.budget is not None:
-                # Its deadline, else not_before (the moment waiting stops making sense).
+                # Its last useful start: `timeout` before its deadline (else not_before), so
+                # that on_budget_timeout = "run" still leaves it its whole time.
                 due = hooks.deadline(hook, event["data"]) or hooks.deadline(
                     msgspec.structs.replace(hook, deadline_before=0.0), event["data"]
                 )
+                if due is not None:
+                    due -= timedelta(seconds=hook.timeout)
                 grant = await self._take(event, f"hook {name}", due, self._in_force(event))
             if (
                 grant is not None

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge import metrics
@@ -412,3 +413,31 @@ async def test_doctor_and_metrics_show_the_engine_the_group_and_the_slot(
         assert findings["coordination"].verdict == "fail"
         assert "on_unavailable = wait" in findings["coordination"].detail
         etcd.start()
+
+
+@pytest.mark.parametrize("on_timeout", ["run", "skip"])
+async def test_a_hook_without_a_slot_by_its_deadline_follows_on_budget_timeout(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path, on_timeout: str
+) -> None:
+    log = tmp_path / "drains.log"
+    # timeout 1 s: the hook stops waiting 1 s before not_before, leaving it its whole time.
+    hook = drain_hook(log, on_budget_timeout=on_timeout, timeout=1.0)
+    settings = {"coordination": coordination(etcd), "hooks": [hook]}
+    async with fleet(azure_sim, tmp_path, ["vm-0", "vm-1"], settings) as (_group, runs):
+        azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
+        await runs["vm-0"].sink.wait_for_type(HOOK_COMPLETED)  # vm-0 keeps the slot
+        azure_sim.azure.add_event(event_type="Reboot", resources=["vm-1"], not_before_in=3.0)
+        (completed,) = await runs["vm-1"].sink.wait_for_type(HOOK_COMPLETED)
+    data = completed["data"]
+    assert data["budget"]["outcome"] == "timed-out"
+    assert data["budget"]["acquired_at"] is None
+    assert data["budget"]["waited_seconds"] > 0.5
+    if on_timeout == "run":
+        assert data["outcome"] == "succeeded"
+        assert "vm-1 end" in log.read_text()
+    else:
+        assert data["outcome"] == "skipped"
+        assert "no budget slot of fleet free before its deadline" in data["error"]
+        assert "vm-1" not in log.read_text()
+    assert budget_of(runs["vm-1"]).takes[("hook drain", "timed-out")] == 1
+    assert max_holders(etcd) == (1, ["vm-0"])
