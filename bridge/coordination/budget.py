@@ -304,7 +304,10 @@ class Budget:
     async def aclose(self) -> None:
         """Stop renewing (held slots expire with the lease: the maintenance may still run)."""
         if self._releases:
-            await asyncio.wait(set(self._releases), timeout=self.settings.request_timeout)
+            _, late = await asyncio.wait(set(self._releases), timeout=self.settings.request_timeout)
+            for task in late:
+                task.cancel()  # etcd unreachable: the slot expires with the lease instead
+            await asyncio.gather(*late, return_exceptions=True)
         await self.backend.aclose()
 
 
