@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,14 @@ from bridge.simulator.group import AzureGroup
 from bridge.validation import validate
 from tests.etcd_server import EtcdServer
 from tests.etcd_server import etcd as etcd
-from tests.support import CheckedSink, Running, bridge_config, eventually, running_bridge
+from tests.support import (
+    CheckedSink,
+    Running,
+    bridge_config,
+    eventually,
+    running_bridge,
+    running_group,
+)
 
 AZURE: tuple[ProviderName, ...] = ("azure",)
 PREFIX = "/mb-test/"
@@ -70,32 +76,6 @@ def drain_hook(log: Path, seconds: float = 0.3, **overrides: Any) -> dict[str, A
     }
 
 
-@contextlib.asynccontextmanager
-async def fleet(
-    sim: Simulator, tmp_path: Path, names: list[str], settings: dict[str, Any]
-) -> AsyncIterator[tuple[AzureGroup, dict[str, Running]]]:
-    async with AzureGroup(sim, names) as group, contextlib.AsyncExitStack() as stack:
-        runs: dict[str, Running] = {}
-        for name in names:
-            runs[name] = await stack.enter_async_context(
-                running_bridge(
-                    sim,
-                    tmp_path / name,
-                    AZURE,
-                    sink=CheckedSink(name),
-                    settings=settings,
-                    azure={"imds_url": group.imds_url(name)},
-                )
-            )
-        for run in runs.values():  # every bridge knows its identity and polls
-            await eventually(watching(run))
-        yield group, runs
-
-
-def watching(run: Running) -> Callable[[], bool]:
-    return lambda: run.bridge.watchers.get("azure") is not None
-
-
 def budget_of(run: Running) -> Budget:
     budget = run.bridge.actions.budget
     assert budget is not None
@@ -119,7 +99,7 @@ async def test_five_vms_with_budget_one_never_hold_two_slots_at_once(
     names = [f"vm-{i}" for i in range(5)]
     log = tmp_path / "drains.log"
     settings = {"coordination": coordination(etcd), "hooks": [drain_hook(log)]}
-    async with fleet(azure_sim, tmp_path, names, settings) as (_group, runs):
+    async with running_group(azure_sim, tmp_path, names, settings) as (_group, runs):
         # Overlapping notices: one per VM, all at once, plus a second one for vm-0 while
         # its first is in force (it must not take a second slot).
         events = {
@@ -289,7 +269,7 @@ async def test_while_etcd_is_down_a_budgeted_hook_waits_and_readyz_says_so(
         "coordination": coordination(etcd, on_unavailable="wait"),
         "hooks": [drain_hook(log)],
     }
-    async with fleet(azure_sim, tmp_path, ["vm-0", "vm-1"], settings) as (_group, runs):
+    async with running_group(azure_sim, tmp_path, ["vm-0", "vm-1"], settings) as (_group, runs):
         first = azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
         await runs["vm-0"].sink.wait_for_type(HOOK_COMPLETED)  # vm-0 holds the slot
         etcd.stop()
@@ -320,7 +300,7 @@ async def test_while_etcd_is_down_proceed_acts_without_a_slot_and_says_so(
         "coordination": coordination(etcd, on_unavailable="proceed"),
         "hooks": [drain_hook(log)],
     }
-    async with fleet(azure_sim, tmp_path, ["vm-0"], settings) as (_group, runs):
+    async with running_group(azure_sim, tmp_path, ["vm-0"], settings) as (_group, runs):
         run = runs["vm-0"]
         etcd.stop()
         azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
@@ -346,7 +326,7 @@ async def test_approvals_take_turns_and_one_that_waits_past_not_before_is_not_se
         "approval": {"leader": "self", "preset": "vendor-sample"},
     }
     names = ["vm-0", "vm-1", "vm-2"]
-    async with fleet(azure_sim, tmp_path, names, settings) as (_group, runs):
+    async with running_group(azure_sim, tmp_path, names, settings) as (_group, runs):
         # User reboots: the preset approves them at once, the budget lets one at a time.
         for name in ("vm-0", "vm-1"):
             azure_sim.azure.add_event(
@@ -384,7 +364,7 @@ async def test_doctor_and_metrics_show_the_engine_the_group_and_the_slot(
 ) -> None:
     log = tmp_path / "drains.log"
     settings = {"coordination": coordination(etcd), "hooks": [drain_hook(log)]}
-    async with fleet(azure_sim, tmp_path, ["vm-0"], settings) as (group, runs):
+    async with running_group(azure_sim, tmp_path, ["vm-0"], settings) as (group, runs):
         run = runs["vm-0"]
         azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
         await run.sink.wait_for_type(HOOK_COMPLETED)
@@ -423,7 +403,7 @@ async def test_a_hook_without_a_slot_by_its_deadline_follows_on_budget_timeout(
     # timeout 1 s: the hook stops waiting 1 s before not_before, leaving it its whole time.
     hook = drain_hook(log, on_budget_timeout=on_timeout, timeout=1.0)
     settings = {"coordination": coordination(etcd), "hooks": [hook]}
-    async with fleet(azure_sim, tmp_path, ["vm-0", "vm-1"], settings) as (_group, runs):
+    async with running_group(azure_sim, tmp_path, ["vm-0", "vm-1"], settings) as (_group, runs):
         azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
         await runs["vm-0"].sink.wait_for_type(HOOK_COMPLETED)  # vm-0 keeps the slot
         azure_sim.azure.add_event(event_type="Reboot", resources=["vm-1"], not_before_in=3.0)
