@@ -292,6 +292,8 @@ class Actions:
                 if due is not None:
                     due -= timedelta(seconds=hook.timeout)
                 grant = await self._take(event, f"hook {name}", due, self._in_force(event))
+                if grant.outcome == "withdrawn" and self._stopping:
+                    return  # not started: stays planned for the next start
             if (
                 grant is not None
                 and not grant.may_act

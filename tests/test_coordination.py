@@ -76,6 +76,10 @@ def drain_hook(log: Path, seconds: float = 0.3, **overrides: Any) -> dict[str, A
     }
 
 
+def text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 def budget_of(run: Running) -> Budget:
     budget = run.bridge.actions.budget
     assert budget is not None
@@ -218,7 +222,7 @@ async def test_a_killed_holder_loses_its_slot_within_the_lease_ttl(
         )
         try:
             azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
-            await eventually(lambda: etcd.keys(SLOTS) != {}, timeout=30)
+            await eventually(lambda: "vm-0 start" in text(log), timeout=30)
             assert list(etcd.keys(SLOTS).values()) == ["vm-0"]
             async with running_bridge(
                 azure_sim,
@@ -233,7 +237,7 @@ async def test_a_killed_holder_loses_its_slot_within_the_lease_ttl(
                     lambda: budget_of(run).takes == {} and budget_of(run).unavailable == 0
                 )
                 await eventually(lambda: budget_of(run).last_contact is not None)
-                assert "vm-1" not in log.read_text()  # waiting: vm-0 holds the slot
+                assert "vm-1" not in text(log)  # waiting: vm-0 holds the slot
                 os.killpg(bridge.pid, signal.SIGKILL)
                 await bridge.wait()
                 loop = asyncio.get_running_loop()
@@ -284,7 +288,7 @@ async def test_while_etcd_is_down_a_budgeted_hook_waits_and_readyz_says_so(
         # The holder kept its slot across the restart (etcd keeps leases); vm-1 still waits.
         assert list(etcd.keys(SLOTS).values()) == ["vm-0"]
         assert waiting.waiting == 1
-        assert "vm-1" not in log.read_text()
+        assert "vm-1" not in text(log)
         azure_sim.azure.remove_event(first)
         (completed,) = await runs["vm-1"].sink.wait_for_type(HOOK_COMPLETED)
     assert completed["data"]["budget"]["outcome"] == "acquired"
@@ -418,6 +422,39 @@ async def test_a_hook_without_a_slot_by_its_deadline_follows_on_budget_timeout(
     else:
         assert data["outcome"] == "skipped"
         assert "no budget slot of fleet free before its deadline" in data["error"]
-        assert "vm-1" not in log.read_text()
+        assert "vm-1" not in text(log)
     assert budget_of(runs["vm-1"]).takes[("hook drain", "timed-out")] == 1
     assert max_holders(etcd) == (1, ["vm-0"])
+
+
+async def test_a_hook_still_waiting_at_shutdown_runs_after_the_restart(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "drains.log"
+    settings = {"coordination": coordination(etcd), "hooks": [drain_hook(log)]}
+    async with AzureGroup(azure_sim, ["vm-0", "vm-1"]) as group:
+
+        def vm(name: str, sink: str) -> contextlib.AbstractAsyncContextManager[Running]:
+            return running_bridge(
+                azure_sim,
+                tmp_path / name,
+                AZURE,
+                sink=CheckedSink(sink),
+                settings=settings,
+                azure={"imds_url": group.imds_url(name)},
+            )
+
+        async with vm("vm-0", "vm-0") as holder:
+            first = azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
+            await holder.sink.wait_for_type(HOOK_COMPLETED)  # vm-0 holds the slot
+            async with vm("vm-1", "vm-1 before") as before:
+                azure_sim.azure.add_event(event_type="Reboot", resources=["vm-1"])
+                await eventually(lambda: budget_of(before).waiting == 1)
+            assert before.sink.of_type(HOOK_COMPLETED) == []  # not reported: still planned
+            async with vm("vm-1", "vm-1 after") as after:
+                await eventually(lambda: budget_of(after).waiting == 1)
+                azure_sim.azure.remove_event(first)
+                (completed,) = await after.sink.wait_for_type(HOOK_COMPLETED)
+    assert completed["data"]["outcome"] == "succeeded"
+    assert text(log).count("vm-1 start") == 1
+    assert max_holders(etcd) == (1, ["vm-0", "vm-1"])
