@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bridge import metrics
 from bridge.audit import APPROVED, HOOK_COMPLETED
+from bridge.config import ConfigError, parse_config
 from bridge.coordination.budget import Budget, group_of
 from bridge.coordination.settings import Coordination
 from bridge.doctor import Doctor
@@ -458,3 +459,47 @@ async def test_a_hook_still_waiting_at_shutdown_runs_after_the_restart(
     assert completed["data"]["outcome"] == "succeeded"
     assert text(log).count("vm-1 start") == 1
     assert max_holders(etcd) == (1, ["vm-0", "vm-1"])
+
+
+def test_the_coordination_table_is_validated_like_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def problems(raw: dict[str, Any]) -> list[str]:
+        with pytest.raises(ConfigError) as caught:
+            parse_config(raw)
+        return caught.value.problems
+
+    hook = {"command": ["/bin/true"], "budget": True}
+    assert problems({"hooks": [hook]}) == ["hooks[0].budget: needs a [coordination] table"]
+    assert problems({"coordination": {"endpoints": []}}) == [
+        "coordination.endpoints: must have at least 1 item"
+    ]
+    assert problems({"coordination": {"endpoints": ["etcd:2379"]}}) == [
+        "coordination.endpoints[0]: must be an http:// or https:// URL"
+    ]
+    endpoints = ["http://etcd:2379"]
+    assert problems({"coordination": {"endpoints": endpoints, "on_unavailable": "retry"}}) == [
+        "coordination.on_unavailable: must be one of 'proceed', 'wait'"
+    ]
+    assert problems({"coordination": {"endpoints": endpoints, "budget": 0}}) == [
+        "coordination.budget: must be >= 1"
+    ]
+    assert problems({"coordination": {"endpoints": ["http://etcd:2379"], "username": "mb"}}) == [
+        "coordination.password: username and password go together"
+    ]
+    monkeypatch.setenv("ETCD_PASSWORD", "s3cret")
+    config = parse_config(
+        {
+            "coordination": {
+                "endpoints": ["http://etcd:2379"],
+                "username": "mb",
+                "password": "env:ETCD_PASSWORD",
+            },
+            "hooks": [{**hook, "on_budget_timeout": "skip"}],
+        }
+    )
+    assert config.coordination is not None
+    assert config.coordination.password is not None
+    assert config.coordination.password.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(config)
+    assert config.hooks[0].on_budget_timeout == "skip"
