@@ -63,6 +63,8 @@ class EtcdServer:
     peer_port: int = field(default_factory=free_port)
     data_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="etcd-")))
     _proc: subprocess.Popen[bytes] | None = None
+    #: Once `enable_auth` ran: root's token, sent with the helper's own calls.
+    _token: str | None = None
 
     @property
     def url(self) -> str:
@@ -125,12 +127,33 @@ class EtcdServer:
 
     def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """One gateway call with the standard library (independent of the bridge's client)."""
+        headers = {"Authorization": self._token} if self._token else {}
         request = urllib.request.Request(  # noqa: S310 (a loopback http:// url we built)
-            f"{self.url}/v3/{path}", data=json.dumps(body).encode(), method="POST"
+            f"{self.url}/v3/{path}", data=json.dumps(body).encode(), headers=headers, method="POST"
         )
         with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
             answer: dict[str, Any] = json.loads(response.read())
             return answer
+
+    def enable_auth(self, user: str, password: str, prefix: str) -> None:
+        """Turn authentication on: `root` (password `root`) and `user`, who may read and
+        write the keys under `prefix` only."""
+        self.call("auth/user/add", {"name": "root", "password": "root"})
+        self.call("auth/role/add", {"name": "root"})
+        self.call("auth/user/grant", {"user": "root", "role": "root"})
+        self.call("auth/user/add", {"name": user, "password": password})
+        self.call("auth/role/add", {"name": user})
+        end = bytearray(prefix.encode())
+        end[-1] += 1
+        permission = {
+            "permType": "READWRITE",
+            "key": b64(prefix),
+            "range_end": base64.b64encode(bytes(end)).decode(),
+        }
+        self.call("auth/role/grant", {"name": user, "perm": permission})
+        self.call("auth/user/grant", {"user": user, "role": user})
+        self.call("auth/enable", {})
+        self._token = self.call("auth/authenticate", {"name": "root", "password": "root"})["token"]
 
     def keys(self, prefix: str, revision: int = 0) -> dict[str, str]:
         """key -> value under `prefix`, now or at `revision`."""

@@ -16,13 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge import metrics
 from bridge.audit import APPROVED, HOOK_COMPLETED
 from bridge.config import ConfigError, parse_config
-from bridge.coordination.budget import Budget, group_of
+from bridge.coordination.budget import Budget, build, group_of
 from bridge.coordination.settings import Coordination
 from bridge.doctor import Doctor
 from bridge.health import HealthMonitor
@@ -283,7 +284,7 @@ async def test_while_etcd_is_down_a_budgeted_hook_waits_and_readyz_says_so(
         await eventually(lambda: waiting.waiting == 1 and waiting.unavailable > 0)
         ok, detail = coordination_check(runs["vm-1"])
         assert not ok
-        assert "unreachable, disruptive actions wait" in detail
+        assert "unavailable, disruptive actions wait" in detail
         etcd.start()
         await eventually(lambda: coordination_check(runs["vm-1"])[0])
         # The holder kept its slot across the restart (etcd keeps leases); vm-1 still waits.
@@ -503,3 +504,31 @@ def test_the_coordination_table_is_validated_like_the_rest(
     assert config.coordination.password.get_secret_value() == "s3cret"
     assert "s3cret" not in repr(config)
     assert config.hooks[0].on_budget_timeout == "skip"
+
+
+async def test_with_etcd_authentication_the_bridge_logs_in_and_a_wrong_password_is_named(
+    etcd: EtcdServer,
+) -> None:
+    etcd.enable_auth("bridge", "pw-of-bridge", PREFIX)
+    right = validate(Coordination, coordination(etcd, username="bridge", password="pw-of-bridge"))
+    budget = build(right)
+    instance = {"name": "vm-0"}
+    try:
+        grant = await budget.take("n1", instance, action="test", deadline=None, wanted=lambda: True)
+        assert grant.outcome == "acquired"
+        assert etcd.keys(SLOTS) == {f"{SLOTS}slot-0": "vm-0"}
+        budget.release("n1")
+        await eventually(lambda: etcd.keys(SLOTS) == {})
+    finally:
+        await budget.aclose()
+    wrong = validate(Coordination, coordination(etcd, username="bridge", password="guess"))
+    budget = build(msgspec.structs.replace(wrong, on_unavailable="proceed"))
+    try:
+        grant = await budget.take("n2", instance, action="test", deadline=None, wanted=lambda: True)
+    finally:
+        await budget.aclose()
+    assert grant.outcome == "unavailable"
+    ok, detail = budget.check()
+    assert ok
+    assert "etcd refused the credentials" in detail
+    assert "guess" not in detail

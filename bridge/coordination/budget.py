@@ -286,8 +286,8 @@ class Budget:
         if ok:
             return True, f"{held}; engine answered {age:.0f}s ago"
         if self.settings.on_unavailable == "proceed":
-            return True, f"{held}; engine unreachable, acting without slots: {detail}"
-        return False, f"{held}; engine unreachable, disruptive actions wait: {detail}"
+            return True, f"{held}; engine unavailable, acting without slots: {detail}"
+        return False, f"{held}; engine unavailable, disruptive actions wait: {detail}"
 
     async def probe(self) -> None:
         """Forever: ask the engine how it is every third of the lease time, so `/readyz` and

@@ -138,8 +138,8 @@ class EtcdClient:
         body = {"name": self._settings.username, "password": password.get_secret_value()}
         try:
             answer = await self._post("auth/authenticate", body, None, authenticated=False)
-        except _Unauthenticated as exc:
-            raise EngineError(f"etcd refused the credentials: {exc}") from None
+        except (_Unauthenticated, EngineError) as exc:
+            raise EngineError(f"etcd refused the credentials of {body['name']}: {exc}") from None
         self._token = str(answer.get("token", ""))
 
     async def _post(
