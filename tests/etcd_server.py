@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -63,12 +64,38 @@ class EtcdServer:
     peer_port: int = field(default_factory=free_port)
     data_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="etcd-")))
     _proc: subprocess.Popen[bytes] | None = None
+    _tls_flags: list[str] = field(default_factory=list)
     #: Once `enable_auth` ran: root's token, sent with the helper's own calls.
     _token: str | None = None
+    #: With TLS (see `with_tls`): the trusted CAs, and the client certificate and key the
+    #: helper itself presents.
+    tls: tuple[Path, Path, Path] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.client_port}"
+
+    def with_tls(self, server: tuple[Path, Path], client: tuple[Path, Path]) -> None:
+        """Serve TLS with `server` (cert, key) and require client certificates; `server` and
+        `client` are self-signed, each trusted by the other side (restart to apply)."""
+        trusted = self.data_dir / "trusted.pem"
+        trusted.write_bytes(server[0].read_bytes() + client[0].read_bytes())
+        self.tls = (trusted, *client)
+        self._tls_flags = [
+            f"--cert-file={server[0]}",
+            f"--key-file={server[1]}",
+            "--client-cert-auth",
+            f"--trusted-ca-file={trusted}",
+        ]
+
+    def _context(self) -> ssl.SSLContext | None:
+        if self.tls is None:
+            return None
+        trusted, cert, key = self.tls
+        context = ssl.create_default_context(cafile=str(trusted))
+        context.load_cert_chain(str(cert), str(key))
+        return context
 
     @property
     def running(self) -> bool:
@@ -90,6 +117,7 @@ class EtcdServer:
                     f"--initial-advertise-peer-urls={peer}",
                     f"--initial-cluster=test={peer}",
                     "--log-level=error",
+                    *self._tls_flags,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -131,7 +159,9 @@ class EtcdServer:
         request = urllib.request.Request(  # noqa: S310 (a loopback http:// url we built)
             f"{self.url}/v3/{path}", data=json.dumps(body).encode(), headers=headers, method="POST"
         )
-        with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310
+        with urllib.request.urlopen(  # noqa: S310
+            request, timeout=5, context=self._context()
+        ) as response:
             answer: dict[str, Any] = json.loads(response.read())
             return answer
 

@@ -33,6 +33,7 @@ from bridge.simulator.group import AzureGroup
 from bridge.validation import validate
 from tests.etcd_server import EtcdServer
 from tests.etcd_server import etcd as etcd
+from tests.sinks.test_webhook import self_signed
 from tests.support import (
     CheckedSink,
     Running,
@@ -532,3 +533,30 @@ async def test_with_etcd_authentication_the_bridge_logs_in_and_a_wrong_password_
     assert ok
     assert "etcd refused the credentials" in detail
     assert "guess" not in detail
+
+
+async def test_over_tls_with_a_client_certificate(etcd: EtcdServer, tmp_path: Path) -> None:
+    (tmp_path / "server").mkdir()
+    (tmp_path / "client").mkdir()
+    server, client = self_signed(tmp_path / "server"), self_signed(tmp_path / "client")
+    etcd.stop()
+    etcd.with_tls(server, client)
+    etcd.start()
+    instance = {"name": "vm-0"}
+    settings = coordination(etcd, ca_file=str(server[0]), on_unavailable="proceed")
+    with_cert = validate(
+        Coordination, {**settings, "cert_file": str(client[0]), "key_file": str(client[1])}
+    )
+    budget = build(with_cert)
+    try:
+        grant = await budget.take("n1", instance, action="test", deadline=None, wanted=lambda: True)
+    finally:
+        await budget.aclose()
+    assert grant.outcome == "acquired"
+    assert etcd.keys(SLOTS) == {f"{SLOTS}slot-0": "vm-0"}
+    budget = build(validate(Coordination, settings))  # no client certificate: refused
+    try:
+        grant = await budget.take("n2", instance, action="test", deadline=None, wanted=lambda: True)
+    finally:
+        await budget.aclose()
+    assert grant.outcome == "unavailable"
