@@ -282,7 +282,6 @@ class Actions:
             log.warning("hook %s not run for %s: %s", name, event["id"], error)
             outcome = audit.HookOutcome(name, "skipped", None, 0.0, "", error)
         else:
-            grant = None
             if hook.budget and self.budget is not None:
                 # Its last useful start: `timeout` before its deadline (else not_before), so
                 # that on_budget_timeout = "run" still leaves it its whole time.
@@ -436,9 +435,8 @@ class Actions:
             detail = json.loads(row.detail)
             event = detail["event"]
             chain = _chain(event)
-            if not detail.get("budget") or row.state == "planned" or chain in resumed:
-                continue
-            if chain not in in_force:
+            ran = row.state not in ("planned", "skipped", "held", "withdrawn", "rejected")
+            if not detail.get("budget") or not ran or chain in resumed or chain not in in_force:
                 continue
             resumed.add(chain)
             log.info(

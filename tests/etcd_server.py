@@ -201,6 +201,17 @@ class EtcdServer:
             for kv in kvs
         }
 
+    def leases(self, prefix: str) -> dict[str, int]:
+        """key -> the id of the lease it is attached to, for the keys under `prefix`."""
+        end = bytearray(prefix.encode())
+        end[-1] += 1
+        body = {"key": b64(prefix), "range_end": base64.b64encode(bytes(end)).decode()}
+        kvs = self.call("kv/range", body).get("kvs") or []
+        return {base64.b64decode(kv["key"]).decode(): int(kv.get("lease", 0)) for kv in kvs}
+
+    def lease_alive(self, lease: int) -> bool:
+        return int(self.call("lease/timetolive", {"ID": str(lease)}).get("TTL", -1)) > 0
+
     def revision(self) -> int:
         return int(self.call("kv/range", {"key": b64("/")})["header"]["revision"])
 

@@ -560,3 +560,36 @@ async def test_over_tls_with_a_client_certificate(etcd: EtcdServer, tmp_path: Pa
     finally:
         await budget.aclose()
     assert grant.outcome == "unavailable"
+
+
+async def test_a_restarted_holder_takes_its_own_slot_over_while_its_notice_is_in_force(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "drains.log"
+    settings = {"coordination": coordination(etcd), "hooks": [drain_hook(log)]}
+    async with AzureGroup(azure_sim, ["vm-0"]) as group:
+
+        def vm_0(sink: str) -> contextlib.AbstractAsyncContextManager[Running]:
+            return running_bridge(
+                azure_sim,
+                tmp_path / "vm-0",
+                AZURE,
+                sink=CheckedSink(sink),
+                settings=settings,
+                azure={"imds_url": group.imds_url("vm-0")},
+            )
+
+        async with vm_0("before") as before:
+            notice = azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
+            await before.sink.wait_for_type(HOOK_COMPLETED)
+        (old_lease,) = etcd.leases(SLOTS).values()  # a stop does not give the slot back
+        async with vm_0("after") as after:
+            await eventually(lambda: budget_of(after).held == 1)
+            (new_lease,) = etcd.leases(SLOTS).values()
+            assert new_lease != old_lease
+            await eventually(lambda: not etcd.lease_alive(old_lease), timeout=TTL + 2)
+            assert etcd.keys(SLOTS) == {f"{SLOTS}slot-0": "vm-0"}  # held on the new lease
+            azure_sim.azure.remove_event(notice)
+            await eventually(lambda: etcd.keys(SLOTS) == {})
+    assert text(log).count("vm-0 start") == 1
+    assert max_holders(etcd) == (1, ["vm-0"])

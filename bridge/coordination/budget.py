@@ -17,6 +17,7 @@ within the same deadline. Every case is logged, counted for `/metrics` and visib
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -142,9 +143,16 @@ class Budget:
         started = time.monotonic()
         self.waiting += 1
         try:
-            return await self._take(notice, group, member, action, deadline, wanted, started)
+            grant = await self._take(notice, group, member, action, deadline, wanted, started)
         finally:
             self.waiting -= 1
+        if grant.outcome == "acquired" and not wanted():
+            # The notice ended (or the bridge began to stop) while the slot was being taken.
+            self.release(notice)
+            self.takes[(action, "acquired")] -= 1
+            self.takes[(action, "withdrawn")] += 1
+            return dataclasses.replace(grant, outcome="withdrawn", acquired_at=None, slot=None)
+        return grant
 
     async def _take(
         self,
