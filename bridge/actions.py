@@ -173,8 +173,12 @@ class Actions:
             if event["data"].get("status") in ("completed", "cancelled"):
                 chain = _chain(event)
                 self._ended.add(chain)
-                if self.budget is not None:
-                    self.budget.release(chain)
+                released = self.budget.release(chain) if self.budget is not None else None
+                if released is not None:
+                    audit_event = audit.budget_released(
+                        audit.Trigger.of(event), released.as_data(), self._clock()
+                    )
+                    self._track(self._commit([audit_event], {}), "budget-released")
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ from bridge.model import Instance
 HOOK_COMPLETED: Final = "io.maintenancebridge.hook.completed"
 APPROVED: Final = "io.maintenancebridge.maintenance.approved"
 TEST: Final = "io.maintenancebridge.test"
-AUDIT_TYPES: Final = (HOOK_COMPLETED, APPROVED, TEST)
+BUDGET_RELEASED: Final = "io.maintenancebridge.budget.released"
+AUDIT_TYPES: Final = (HOOK_COMPLETED, APPROVED, TEST, BUDGET_RELEASED)
 #: The output tail a hook.completed event carries, at most (the log gets more).
 OUTPUT_TAIL_BYTES: Final = 4096
 
@@ -159,6 +160,23 @@ def approved(
             "leader": leader,
             **({"budget": budget} if budget is not None else {}),
         },
+    )
+
+
+def budget_released(trigger: Trigger, budget: dict[str, Any], at: datetime) -> CloudEvent:
+    """`io.maintenancebridge.budget.released`: this VM gave its maintenance budget slot back
+    (bridge/coordination) because the notice that held it last ended (`trigger`: the
+    completed or cancelled event). With the `budget` of the action that took it, who held
+    a slot from when to when."""
+    return _event(
+        {
+            "id": _audit_id(trigger.source, BUDGET_RELEASED, trigger.event_id),
+            "source": trigger.source,
+            "type": BUDGET_RELEASED,
+            "subject": trigger.notice_id,
+            "time": at.astimezone(UTC),
+        },
+        {**trigger.as_data(), "budget": budget},
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge import metrics
-from bridge.audit import APPROVED, HOOK_COMPLETED
+from bridge.audit import APPROVED, BUDGET_RELEASED, HOOK_COMPLETED
 from bridge.config import ConfigError, parse_config
 from bridge.coordination.budget import Budget, build, group_of
 from bridge.coordination.settings import Coordination
@@ -138,6 +139,18 @@ async def test_five_vms_with_budget_one_never_hold_two_slots_at_once(
         assert {b["outcome"] for b in budgets} == {"acquired"}
         assert {b["member"] for b in budgets} == {name}
         assert {b["group"] for b in budgets} == {"fleet"}
+    # The audit trail tells the same story: one release per VM, holding times disjoint.
+    held = []
+    for name, run in runs.items():
+        await run.sink.wait_for_type(BUDGET_RELEASED)
+        (released,) = run.sink.of_type(BUDGET_RELEASED)
+        budget = released["data"]["budget"]
+        assert budget["member"] == name
+        assert released["subject"] == events[name] or name == "vm-0"
+        held.append((budget["acquired_at"], budget["released_at"]))
+    held.sort()
+    for (_, released_at), (acquired_at, _) in itertools.pairwise(held):
+        assert released_at <= acquired_at
     waited = sum(budget_of(run).waits["hook drain"] for run in runs.values())
     assert waited >= 3  # at least the last three had to wait for a slot
 

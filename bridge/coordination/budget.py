@@ -84,9 +84,35 @@ class Grant:
             "member": self.member,
             "outcome": self.outcome,
             "waited_seconds": round(self.waited_seconds, 3),
-            "acquired_at": None if at is None else at.isoformat().replace("+00:00", "Z"),
+            "acquired_at": None if at is None else _stamp(at),
             "slot": self.slot,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A slot given back: who held it from when to when."""
+
+    group: str
+    member: str
+    slot: str
+    acquired_at: datetime
+    released_at: datetime
+
+    def as_data(self) -> dict[str, Any]:
+        """The `budget` object of a `budget.released` audit event."""
+        return {
+            "group": self.group,
+            "member": self.member,
+            "slot": self.slot,
+            "acquired_at": _stamp(self.acquired_at),
+            "released_at": _stamp(self.released_at),
+            "held_seconds": round((self.released_at - self.acquired_at).total_seconds(), 3),
+        }
+
+
+def _stamp(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 class Budget:
@@ -249,9 +275,10 @@ class Budget:
             self.wait_seconds[action] = self.wait_seconds.get(action, 0.0) + waited
         return Grant(outcome, group, member, waited, at, slot)
 
-    def release(self, notice: str) -> None:
-        """`notice` completed or was cancelled: give its slot back once no notice holds it."""
-        for group, (member, notices, _, slot) in list(self._holds.items()):
+    def release(self, notice: str) -> Released | None:
+        """`notice` completed or was cancelled: give its slot back once no notice holds it;
+        what was given back, if anything (for the audit event)."""
+        for group, (member, notices, acquired_at, slot) in list(self._holds.items()):
             if notice not in notices:
                 continue
             notices.discard(notice)
@@ -262,6 +289,8 @@ class Budget:
             task = asyncio.create_task(self._release(group, member), name="coordination:release")
             self._releases.add(task)
             task.add_done_callback(self._releases.discard)
+            return Released(group, member, slot, acquired_at, self._clock())
+        return None
 
     async def _release(self, group: str, member: str) -> None:
         delay = self.settings.poll_interval
