@@ -336,7 +336,13 @@ class EtcdBackend:
         ]
 
     async def describe(self) -> str:
-        return await self.client.version()
+        """The server's version, and a read of the prefix: proves the credentials and the
+        permissions too, not only that something answers."""
+        version = await self.client.version()
+        prefix = self._settings.prefix
+        body = {"key": b64(prefix), "range_end": prefix_end(prefix), "count_only": True}
+        answer = await self.client.call("kv/range", body)
+        return f"{version}, {int(answer.get('count') or 0)} key(s) under {prefix}"
 
     async def _renew(self) -> None:
         """Keep the lease alive; take the slots again if it expired meanwhile."""
