@@ -234,6 +234,13 @@ def _coordination(out: Exposition, budget: Budget) -> None:
         "Failed calls to the coordination engine (etcd unreachable or refusing).",
         [({}, budget.unavailable)],
     )
+    out.add(
+        PREFIX + "coordination_slots_lost_total",
+        "counter",
+        "Held slots found gone (the lease expired while etcd could not be reached) and not "
+        "taken back because others held the whole budget.",
+        [({}, budget.backend.lost)],
+    )
     contact = budget.last_contact
     out.add(
         PREFIX + "coordination_up",

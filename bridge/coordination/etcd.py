@@ -283,13 +283,14 @@ class EtcdBackend:
             return holder
 
     async def _acquire(self, group: str, member: str, budget: int) -> Holder | None:
-        lease = await self._ensure_lease()
         base = slot_prefix(self._settings, group)
         kvs, _ = await self.client.range(base, prefix=True)
         taken = {unb64(kv["key"]): kv for kv in kvs}
-        for key, kv in taken.items():
-            if unb64(kv.get("value")) != member:
-                continue
+        mine = {key: kv for key, kv in taken.items() if unb64(kv.get("value")) == member}
+        if not mine and len(taken) >= budget:
+            return None  # no lease is granted while waiting: only a holder needs one
+        lease = await self._ensure_lease()
+        for key, kv in mine.items():
             if int(kv.get("lease") or 0) == lease:
                 return Holder(key, member, int(kv["mod_revision"]))
             # An earlier life of this process (its lease not expired yet): take it over.
