@@ -27,14 +27,14 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge import approval, audit, hooks
 from bridge.config import Config
+from bridge.coordination.hooks import last_useful_start, refusal
 from bridge.events import as_dict, parse, serialize
 from bridge.spool import NewEvent, Spool, SpoolError
 
@@ -287,31 +287,17 @@ class Actions:
             outcome = audit.HookOutcome(name, "skipped", None, 0.0, "", error)
         else:
             if hook.budget and self.budget is not None:
-                # Its last useful start: `timeout` before its deadline (else not_before), so
-                # that on_budget_timeout = "run" still leaves it its whole time.
-                due = hooks.deadline(hook, event["data"]) or hooks.deadline(
-                    msgspec.structs.replace(hook, deadline_before=0.0), event["data"]
-                )
-                if due is not None:
-                    due -= timedelta(seconds=hook.timeout)
+                due = last_useful_start(hook, event["data"])
                 grant = await self._take(event, f"hook {name}", due, self._in_force(event))
                 if grant.outcome == "withdrawn" and self._stopping:
                     return  # not started: stays planned for the next start
-            if (
-                grant is not None
-                and not grant.may_act
-                and not (grant.outcome == "timed-out" and hook.on_budget_timeout == "run")
-            ):
-                error = _no_slot(grant)
-                log.warning("hook %s skipped for %s: %s", name, event["id"], error)
-                outcome = audit.HookOutcome(name, "skipped", None, grant.waited_seconds, "", error)
+            refused = None if grant is None else refusal(grant, hook.on_budget_timeout)
+            if grant is not None and refused is not None:
+                log.warning("hook %s skipped for %s: %s", name, event["id"], refused)
+                outcome = audit.HookOutcome(
+                    name, "skipped", None, grant.waited_seconds, "", refused
+                )
             else:
-                if grant is not None and grant.outcome == "timed-out":
-                    log.warning(
-                        "hook %s runs for %s without a budget slot (on_budget_timeout = run)",
-                        name,
-                        event["id"],
-                    )
                 await self._commit([], {key: "running"})
                 outcome = await hooks.run(hook, event, hooks.stdin_body(event), self._clock())
         completed = audit.hook_completed(
@@ -453,12 +439,3 @@ class Actions:
             )
             self._budget_tasks.add(task)
             task.add_done_callback(self._budget_tasks.discard)
-
-
-def _no_slot(grant: Grant) -> str:
-    if grant.outcome == "withdrawn":
-        return f"the notice ended while it waited {grant.waited_seconds:.0f}s for a budget slot"
-    return (
-        f"no budget slot of {grant.group} free before its deadline "
-        f"(waited {grant.waited_seconds:.0f}s; on_budget_timeout = skip)"
-    )
