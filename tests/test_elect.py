@@ -139,3 +139,29 @@ async def test_leadership_moves_away_from_a_vm_with_a_notice_and_never_back_whil
         f"{third} stop",
     ]
     assert etcd.keys(ELECTION) == {}  # every candidacy withdrawn on exit
+
+
+async def test_an_etcd_restart_keeps_the_leader_and_the_hand_over_still_works(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "leaders.log"
+    names = ["vm-0", "vm-1"]
+    async with AzureGroup(azure_sim, names) as group, contextlib.AsyncExitStack() as stack:
+        electors = {
+            name: await stack.enter_async_context(vm(azure_sim, group, etcd, name, tmp_path, log))
+            for name in names
+        }
+        await eventually(lambda: len(etcd.keys(ELECTION)) == 2, timeout=30)
+        await eventually(lambda: len(leads(log)) == 1, timeout=30)
+        (leader,) = leads(log)
+        (other,) = set(names) - {leader}
+        etcd.stop()  # the leader's lease survives in etcd's data; a candidate campaigns anew
+        etcd.start()
+        await eventually(lambda: len(etcd.keys(ELECTION)) == 2, timeout=30)
+        assert leads(log) == [leader]
+        azure_sim.azure.add_event(event_type="Freeze", resources=[leader])
+        await eventually(lambda: len(leads(log)) == 2, timeout=30)
+        for name in (leader, other):
+            electors[name].send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(electors[name].wait(), 30) == 0
+    assert lines(log) == [f"{leader} lead", f"{leader} stop", f"{other} lead", f"{other} stop"]
