@@ -28,15 +28,19 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge import approval, audit, hooks
 from bridge.backoff import for_humans
 from bridge.config import Config
-from bridge.events import as_dict, serialize
+from bridge.coordination.hooks import last_useful_start, refusal
+from bridge.events import as_dict, parse, serialize
 from bridge.spool import NewEvent, Spool, SpoolError
+
+if TYPE_CHECKING:
+    from bridge.coordination.budget import Budget, Grant
 
 log = logging.getLogger("bridge.actions")
 
@@ -95,6 +99,14 @@ class Actions:
         self._stopping = False
         #: What a hook cut short gets between SIGTERM and SIGKILL (less when stopping).
         self._kill_grace = hooks.KILL_GRACE
+        #: The fleet's maintenance budget, when [coordination] is configured.
+        self.budget: Budget | None = None
+        if config.coordination is not None:
+            from bridge.coordination.budget import build
+
+            self.budget = build(config.coordination)
+        self._ended: set[str] = set()
+        self._budget_tasks: set[asyncio.Task[Any]] = set()
 
     @property
     def enabled(self) -> bool:
@@ -113,7 +125,10 @@ class Actions:
             hook_keys = [_hook_key(event, name) for name in names]
             for key, name in zip(hook_keys, names, strict=True):
                 if key not in self._known:
-                    planned[key] = json.dumps({"action": "hook", "hook": name, "event": event})
+                    detail: dict[str, Any] = {"action": "hook", "hook": name, "event": event}
+                    if self._hooks[name].budget:
+                        detail["budget"] = True
+                    planned[key] = json.dumps(detail)
             key = _approval_key(event)
             decision = self._approval_for(event)
             if decision is not None and key not in self._known and key not in planned:
@@ -123,6 +138,7 @@ class Actions:
                         "rule": decision.rule,
                         "hooks": hook_keys,
                         "event": event,
+                        **({"budget": True} if self.budget is not None else {}),
                     }
                 )
         return planned
@@ -153,6 +169,20 @@ class Actions:
             self._known.add(key)
             self._schedule(key, json.loads(detail), resumed=False)
 
+    def observed(self, events: Sequence[CloudEvent]) -> None:
+        """`events` were committed: a notice that completed or was cancelled frees its slot."""
+        for cloud_event in events:
+            event = as_dict(cloud_event)
+            if event["data"].get("status") in ("completed", "cancelled"):
+                chain = _chain(event)
+                self._ended.add(chain)
+                released = self.budget.release(chain) if self.budget is not None else None
+                if released is not None:
+                    audit_event = audit.budget_released(
+                        audit.Trigger.of(event), released.as_data(), self._clock()
+                    )
+                    self._track(self._commit([audit_event], {}), "budget-released")
+
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -160,6 +190,8 @@ class Actions:
         rows = await self._spool.actions()
         self._known = {row.key for row in rows}
         await self._report_interrupted()
+        if self.budget is not None:
+            await self._resume_budget(rows)
         for row in rows:
             if row.state in ("planned", "posting"):
                 self._schedule(row.key, json.loads(row.detail), resumed=row.state == "posting")
@@ -184,6 +216,11 @@ class Actions:
             if late:
                 log.warning("shutdown deadline reached; %d hook chain(s) cut short", len(late))
         await self._report_interrupted()
+        if self.budget is not None:
+            for task in self._budget_tasks:
+                task.cancel()
+            await asyncio.gather(*self._budget_tasks, return_exceptions=True)
+            await self.budget.aclose()
 
     async def approved_ids(self) -> set[str]:
         """Notice ids whose approval was sent (or was being sent when a run stopped)."""
@@ -257,16 +294,31 @@ class Actions:
     async def _run_hook(self, key: str, name: str, event: dict[str, Any]) -> None:
         trigger = audit.Trigger.of(event)
         hook = self._hooks.get(name)
+        grant: Grant | None = None
         if hook is None:
             error = "the hook is no longer configured"
             log.warning("hook %s not run for %s: %s", name, event["id"], error)
             outcome = audit.HookOutcome(name, "skipped", None, 0.0, "", error)
         else:
-            await self._commit([], {key: "running"})
-            outcome = await hooks.run(
-                hook, event, hooks.stdin_body(event), self._clock(), lambda: self._kill_grace
-            )
-        completed = audit.hook_completed(trigger, outcome, self._clock())
+            if hook.budget and self.budget is not None:
+                due = last_useful_start(hook, event["data"])
+                grant = await self._take(event, f"hook {name}", due, self._in_force(event))
+                if grant.outcome == "withdrawn" and self._stopping:
+                    return  # not started: stays planned for the next start
+            refused = None if grant is None else refusal(grant, hook.on_budget_timeout)
+            if grant is not None and refused is not None:
+                log.warning("hook %s skipped for %s: %s", name, event["id"], refused)
+                outcome = audit.HookOutcome(
+                    name, "skipped", None, grant.waited_seconds, "", refused
+                )
+            else:
+                await self._commit([], {key: "running"})
+                outcome = await hooks.run(
+                    hook, event, hooks.stdin_body(event), self._clock(), lambda: self._kill_grace
+                )
+        completed = audit.hook_completed(
+            trigger, outcome, self._clock(), budget=None if grant is None else grant.as_data()
+        )
         await self._commit([completed], {key: outcome.outcome})
         self.hook_runs[(name, outcome.outcome)] += 1
 
@@ -300,6 +352,21 @@ class Actions:
         event = detail["event"]
         data = event["data"]
         notice_id = data["notice_id"]
+        grant: Grant | None = None
+        if self.budget is not None:
+            source = event["source"]
+            grant = await self._take(
+                event, "approval", None, lambda: self._is_scheduled(source, notice_id)
+            )
+            if grant.outcome == "withdrawn":
+                log.warning(
+                    "not approving %s: it started at NotBefore without our approval while "
+                    "the approval waited %.0fs for a budget slot of %s; the maintenance "
+                    "proceeds without us",
+                    notice_id,
+                    grant.waited_seconds,
+                    grant.group,
+                )
         delay = self._retry_delay
         while True:
             if not self._is_scheduled(event["source"], notice_id):
@@ -334,6 +401,59 @@ class Actions:
             rule=detail["rule"],
             leader=config.leader,
             at=self._clock(),
+            budget=None if grant is None else grant.as_data(),
         )
         await self._commit([approved], {key: "approved"})
         self.approvals[(detail["rule"], "approved")] += 1
+
+    # -- the budget (bridge/coordination) ---------------------------------------------------
+
+    def _in_force(self, event: dict[str, Any]) -> Callable[[], bool]:
+        chain = _chain(event)
+        return lambda: chain not in self._ended and not self._stopping
+
+    async def _take(
+        self,
+        event: dict[str, Any],
+        action: str,
+        deadline: datetime | None,
+        wanted: Callable[[], bool],
+    ) -> Grant:
+        assert self.budget is not None
+        return await self.budget.take(
+            _chain(event),
+            event["data"]["instance"],
+            action=action,
+            deadline=deadline,
+            wanted=wanted,
+        )
+
+    async def _resume_budget(self, rows: Sequence[Any]) -> None:
+        """Take again the slots of notices still in force whose disruptive action had
+        started before the restart (the maintenance may be under way), and start the
+        engine probe."""
+        assert self.budget is not None
+        probe = asyncio.create_task(self.budget.probe(), name="coordination:probe")
+        self._budget_tasks.add(probe)
+        in_force = set()
+        for key, body in (await self._spool.in_force()).items():
+            in_force.add("\t".join((parse(body).get_source(), key.split("\t", 1)[1])))
+        resumed: set[str] = set()
+        for row in rows:
+            detail = json.loads(row.detail)
+            event = detail["event"]
+            chain = _chain(event)
+            ran = row.state not in ("planned", "skipped", "held", "withdrawn", "rejected")
+            if not detail.get("budget") or not ran or chain in resumed or chain not in in_force:
+                continue
+            resumed.add(chain)
+            log.info(
+                "taking the budget slot of %s again (its action ran before the restart)",
+                event["data"]["notice_id"],
+            )
+            task = asyncio.create_task(
+                self._take(event, "resume", None, self._in_force(event)),
+                name=f"coordination:resume:{chain}",
+            )
+            self._budget_tasks.add(task)
+            task.add_done_callback(self._budget_tasks.discard)

@@ -23,7 +23,8 @@ from bridge.model import Instance
 HOOK_COMPLETED: Final = "io.maintenancebridge.hook.completed"
 APPROVED: Final = "io.maintenancebridge.maintenance.approved"
 TEST: Final = "io.maintenancebridge.test"
-AUDIT_TYPES: Final = (HOOK_COMPLETED, APPROVED, TEST)
+BUDGET_RELEASED: Final = "io.maintenancebridge.budget.released"
+AUDIT_TYPES: Final = (HOOK_COMPLETED, APPROVED, TEST, BUDGET_RELEASED)
 #: The output tail a hook.completed event carries, at most (the log gets more).
 OUTPUT_TAIL_BYTES: Final = 4096
 
@@ -100,8 +101,13 @@ def _event(attributes: dict[str, Any], data: dict[str, Any]) -> CloudEvent:
     return CloudEvent({**base, **attributes}, data)
 
 
-def hook_completed(trigger: Trigger, run: HookOutcome, at: datetime) -> CloudEvent:
-    """`io.maintenancebridge.hook.completed` for one run of one hook on one transition."""
+def hook_completed(
+    trigger: Trigger, run: HookOutcome, at: datetime, *, budget: dict[str, Any] | None = None
+) -> CloudEvent:
+    """`io.maintenancebridge.hook.completed` for one run of one hook on one transition.
+
+    `budget`: for a hook marked `budget = true`, how taking its slot went (who, when).
+    """
     tail = run.output_tail.encode()[-OUTPUT_TAIL_BYTES:].decode(errors="replace")
     return _event(
         {
@@ -120,12 +126,19 @@ def hook_completed(trigger: Trigger, run: HookOutcome, at: datetime) -> CloudEve
             "duration_seconds": round(run.duration_seconds, 3),
             "output_tail": tail,
             "error": run.error,
+            **({"budget": budget} if budget is not None else {}),
         },
     )
 
 
 def approved(
-    trigger: Trigger, *, approved_by: str, rule: str, leader: str, at: datetime
+    trigger: Trigger,
+    *,
+    approved_by: str,
+    rule: str,
+    leader: str,
+    at: datetime,
+    budget: dict[str, Any] | None = None,
 ) -> CloudEvent:
     """`io.maintenancebridge.maintenance.approved`: this VM sent StartRequests for the notice.
 
@@ -140,7 +153,30 @@ def approved(
             "subject": trigger.notice_id,
             "time": at.astimezone(UTC),
         },
-        {**trigger.as_data(), "approved_by": approved_by, "rule": rule, "leader": leader},
+        {
+            **trigger.as_data(),
+            "approved_by": approved_by,
+            "rule": rule,
+            "leader": leader,
+            **({"budget": budget} if budget is not None else {}),
+        },
+    )
+
+
+def budget_released(trigger: Trigger, budget: dict[str, Any], at: datetime) -> CloudEvent:
+    """`io.maintenancebridge.budget.released`: this VM gave its maintenance budget slot back
+    (bridge/coordination) because the notice that held it last ended (`trigger`: the
+    completed or cancelled event). With the `budget` of the action that took it, who held
+    a slot from when to when."""
+    return _event(
+        {
+            "id": _audit_id(trigger.source, BUDGET_RELEASED, trigger.event_id),
+            "source": trigger.source,
+            "type": BUDGET_RELEASED,
+            "subject": trigger.notice_id,
+            "time": at.astimezone(UTC),
+        },
+        {**trigger.as_data(), "budget": budget},
     )
 
 

@@ -50,6 +50,7 @@ def _add_config_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from bridge.coordination import elect_args as elect_cli
     from bridge.simulator import cli as simulator_cli
 
     parser = argparse.ArgumentParser(
@@ -132,6 +133,17 @@ def build_parser() -> argparse.ArgumentParser:
         "playing a scripted scenario; drive it live through /_sim/ (see README).",
     )
     simulator_cli.add_arguments(simulate)
+
+    elect = commands.add_parser(
+        "elect",
+        help="run a command only while this VM leads an etcd election and is eligible",
+        description="Campaign on an etcd election while /v1/eligible says no maintenance is "
+        "near, run COMMAND while leader, and on a notice stop it and resign; never campaign "
+        "again until eligible. Example: maintenance-bridge elect --endpoint "
+        "http://etcd:2379 scheduler -- /usr/bin/scheduler --serve (see docs/coordination.md).",
+    )
+    _add_config_arg(elect)
+    elect_cli.add_arguments(elect)
 
     spool = commands.add_parser("spool", help="inspect the spool: dead letters, replay, purge")
     spool_commands = spool.add_subparsers(dest="spool_command", metavar="ACTION", required=True)
@@ -457,6 +469,12 @@ def _utf8_stdout() -> None:
         reconfigure(encoding="utf-8")
 
 
+async def _elect(args: argparse.Namespace, config: Config) -> int:
+    from bridge.coordination import elect
+
+    return await elect.main(args, config.coordination)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -504,6 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "once": lambda: _once(config),
             "spool": lambda: _spool(args, config),
             "doctor": lambda: _doctor(args, config, source),
+            "elect": lambda: _elect(args, config),
         }
         return int(asyncio.run(runners[command]()))
     except ConfigError as exc:

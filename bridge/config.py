@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal, Self
 import msgspec
 
 from bridge import platform
+from bridge.coordination.settings import Coordination
 from bridge.validation import ConfigError as ConfigError
 from bridge.validation import FieldError, HttpUrl, render_path, validate_into
 from sinks import registry
@@ -144,6 +145,10 @@ class Hook(_Section, frozen=True, kw_only=True):
     timeout: Positive = 60.0  # seconds; then the process group dies
     #: Finish this many seconds before not_before.
     deadline_before: NonNegative | None = None
+    #: A disruptive action: take a slot of the [coordination] budget before running.
+    budget: bool = False
+    #: No slot before the deadline: run anyway, or skip the hook.
+    on_budget_timeout: Literal["run", "skip"] = "run"
 
     def __post_init__(self) -> None:
         if not self.command[0]:
@@ -199,6 +204,8 @@ class Config(_Section, frozen=True, kw_only=True):
     hooks: tuple[Hook, ...] = ()
     approval: Approval = Approval()
     status: StatusApi = StatusApi()
+    #: The fleet's maintenance budget (bridge/coordination); None: every VM acts alone.
+    coordination: Coordination | None = None
 
     def action_problems(self) -> list[str]:
         """Hook and approval settings that are valid one by one but not together."""
@@ -211,6 +218,9 @@ class Config(_Section, frozen=True, kw_only=True):
                 problems.append(
                     f"approval.rules[{index}].action: approve-after-hooks needs [[hooks]]"
                 )
+        for index, hook in enumerate(self.hooks):
+            if hook.budget and self.coordination is None:
+                problems.append(f"hooks[{index}].budget: needs a [coordination] table")
         return problems
 
     def with_sinks(self, sinks: tuple[SinkConfig, ...]) -> Config:

@@ -72,6 +72,8 @@ class Doctor:
                 await self._identity_and_notices(watcher)
             finally:
                 await watcher.aclose()
+        if self.config.coordination is not None:
+            await self._coordination()
         self._state()
         await self._listener()
         await self._sinks(send_test_event)
@@ -171,6 +173,12 @@ class Doctor:
             self.note("notices", "warn", f"{len(notices)} in force now: {listed}")
         else:
             self.note("notices", "ok", "none in force now")
+
+    async def _coordination(self) -> None:
+        """Can the budget's engine be reached, and who holds this VM's group's slots?"""
+        from bridge.coordination import doctor
+
+        self.findings += await doctor.check(self.config, self.instance, self.timeout)
 
     def _state(self) -> None:
         directory = self.config.state.dir

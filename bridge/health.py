@@ -110,6 +110,9 @@ class HealthMonitor:
                 checks.append(Check(f"sink:{sink.name}", True, "not checked yet"))
             else:
                 checks.append(Check(f"sink:{sink.name}", health.ok, health.detail))
+        budget = bridge.actions.budget
+        if budget is not None:
+            checks.append(Check("coordination", *budget.check()))
         return checks
 
     async def check_sinks(self) -> None:

@@ -15,6 +15,7 @@ from bridge.prometheus import Exposition
 from bridge.spool import SpoolError
 
 if TYPE_CHECKING:
+    from bridge.coordination.budget import Budget
     from bridge.health import HealthMonitor
 
 PREFIX: Final = "maintenance_bridge_"
@@ -178,6 +179,8 @@ async def render(monitor: HealthMonitor) -> str:
             for (rule, result), n in sorted(bridge.actions.approvals.items())
         ],
     )
+    if bridge.actions.budget is not None:
+        _coordination(out, bridge.actions.budget)
     readiness = {check.name: check.ok for check in monitor.readiness()}
     out.add(
         PREFIX + "sink_up",
@@ -186,3 +189,64 @@ async def render(monitor: HealthMonitor) -> str:
         [({"sink": name}, 1 if readiness.get(f"sink:{name}", False) else 0) for name in sink_names],
     )
     return out.text()
+
+
+def _coordination(out: Exposition, budget: Budget) -> None:
+    """The maintenance budget (bridge/coordination): slots, waits, timeouts, engine health."""
+    out.add(
+        PREFIX + "coordination_slots_held",
+        "gauge",
+        "Budget slots this VM holds now (one per group, however many notices share it).",
+        [({}, budget.held)],
+    )
+    out.add(
+        PREFIX + "coordination_waiting",
+        "gauge",
+        "Disruptive actions waiting for a budget slot now.",
+        [({}, budget.waiting)],
+    )
+    out.add(
+        PREFIX + "coordination_takes_total",
+        "counter",
+        "Attempts to take a slot by action and outcome (acquired, timed-out, unavailable, "
+        "withdrawn).",
+        [({"action": a, "outcome": o}, n) for (a, o), n in sorted(budget.takes.items())],
+    )
+    out.add(
+        PREFIX + "coordination_waits_total",
+        "counter",
+        "Slot takes that had to wait, by action.",
+        [({"action": a}, n) for a, n in sorted(budget.waits.items())],
+    )
+    out.add(
+        PREFIX + "coordination_wait_seconds_total",
+        "counter",
+        "Seconds spent waiting for a slot, by action.",
+        [({"action": a}, s) for a, s in sorted(budget.wait_seconds.items())],
+    )
+    out.add(
+        PREFIX + "coordination_timeouts_total",
+        "counter",
+        "Slot takes that reached their deadline without a slot.",
+        [({}, sum(n for (_, o), n in budget.takes.items() if o == "timed-out"))],
+    )
+    out.add(
+        PREFIX + "coordination_engine_errors_total",
+        "counter",
+        "Failed calls to the coordination engine (etcd unreachable or refusing).",
+        [({}, budget.unavailable)],
+    )
+    out.add(
+        PREFIX + "coordination_slots_lost_total",
+        "counter",
+        "Held slots found gone (the lease expired while etcd could not be reached) and not "
+        "taken back because others held the whole budget.",
+        [({}, budget.backend.lost)],
+    )
+    contact = budget.last_contact
+    out.add(
+        PREFIX + "coordination_up",
+        "gauge",
+        "1 when the coordination engine answered the last call.",
+        [({}, 1 if contact is not None and contact[0] else 0)],
+    )

@@ -208,6 +208,7 @@ class Bridge:
                         )
                     self.dispatcher.notify()
                     self.actions.planned(plan)
+                    self.actions.observed(events)
                     delay = 1.0
                     self.watcher_crashes.pop(name, None)
             except asyncio.CancelledError:

@@ -25,6 +25,7 @@ from bridge.config import Config, parse_config
 from bridge.events import EVENT_TYPES, as_dict, schema
 from bridge.runner import Bridge, ProviderName, WatcherFactory, watcher_factory
 from bridge.simulator import Simulator, SimulatorThread
+from bridge.simulator.group import AzureGroup
 from bridge.spool import Spool
 from sinks.base import Result
 from sinks.memory import MemorySink
@@ -196,6 +197,10 @@ class Running:
         await self.sink.wait_for(count, timeout)
         return self.sink.dicts()
 
+    def watching(self) -> bool:
+        """Whether the bridge's (first) watcher has been built and polls."""
+        return bool(self.bridge.watchers)
+
     async def settle(self, seconds: float = 0.6) -> list[dict[str, Any]]:
         """Give the watchers time to (not) notice more; return everything received."""
         await asyncio.sleep(seconds)
@@ -225,3 +230,27 @@ async def running_bridge(
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
+
+
+@contextlib.asynccontextmanager
+async def running_group(
+    sim: Simulator, state_dir: Path, names: Sequence[str], settings: dict[str, Any] | None = None
+) -> AsyncIterator[tuple[AzureGroup, dict[str, Running]]]:
+    """Several Azure VMs of one group (`AzureGroup`), each with its own bridge (its state in
+    `state_dir / name`, its sink named after it), all with the same `settings`."""
+    async with AzureGroup(sim, names) as group, contextlib.AsyncExitStack() as stack:
+        runs: dict[str, Running] = {}
+        for name in names:
+            runs[name] = await stack.enter_async_context(
+                running_bridge(
+                    sim,
+                    state_dir / name,
+                    ("azure",),
+                    sink=CheckedSink(name),
+                    settings=settings,
+                    azure={"imds_url": group.imds_url(name)},
+                )
+            )
+        for run in runs.values():  # every bridge has its watcher polling
+            await eventually(run.watching)
+        yield group, runs

@@ -21,9 +21,8 @@ from bridge.audit import APPROVED, HOOK_COMPLETED
 from bridge.config import Approval, ApprovalRule
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator, SimulatorThread
-from bridge.simulator.group import AzureGroup
 from tests.simulator import azure_sample
-from tests.support import CheckedSink, Running, eventually, running_bridge
+from tests.support import CheckedSink, eventually, running_bridge, running_group
 
 AZURE: tuple[ProviderName, ...] = ("azure",)
 PRESET = {"approval": {"preset": "vendor-sample"}}
@@ -121,19 +120,7 @@ async def test_in_a_three_vm_group_only_the_leader_approves(
     azure_sim: Simulator, tmp_path: Path
 ) -> None:
     names = ["vm-c", "vm-a", "vm-b"]
-    async with AzureGroup(azure_sim, names) as group, contextlib.AsyncExitStack() as stack:
-        runs: dict[str, Running] = {}
-        for name in names:
-            runs[name] = await stack.enter_async_context(
-                running_bridge(
-                    azure_sim,
-                    tmp_path / name,
-                    AZURE,
-                    sink=CheckedSink(name),
-                    settings=PRESET,
-                    azure={"imds_url": group.imds_url(name)},
-                )
-            )
+    async with running_group(azure_sim, tmp_path, names, PRESET) as (_group, runs):
         await asyncio.sleep(0.5)  # every bridge knows its identity and polls
         event_id = azure_sim.azure.add_event(
             event_type="Reboot", source="User", resources=["vm-b", "vm-c", "vm-a"]
