@@ -168,6 +168,13 @@ class StatusApi(_Section, frozen=True, kw_only=True):
     eligible_horizon: NonNegative = 3600.0
 
 
+class HeartbeatSettings(_Section, frozen=True, kw_only=True):
+    """`[heartbeat]`: io.maintenancebridge.agent.heartbeat at start and every `interval`
+    seconds (see bridge/heartbeat.py); 0 sends none."""
+
+    interval: NonNegative = 300.0
+
+
 class Config(_Section, frozen=True, kw_only=True):
     source: Source = Source()
     state: State = State()
@@ -177,6 +184,7 @@ class Config(_Section, frozen=True, kw_only=True):
     hooks: tuple[Hook, ...] = ()
     approval: Approval = Approval()
     status: StatusApi = StatusApi()
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
 
     def action_problems(self) -> list[str]:
         """Hook and approval settings that are valid one by one but not together."""

@@ -22,7 +22,8 @@ from bridge.actions import Actions
 from bridge.config import Config
 from bridge.dispatch import Dispatcher
 from bridge.events import TYPE_PREFIX, parse, serialize, to_cloudevent
-from bridge.model import Notice, Status
+from bridge.heartbeat import Heartbeats
+from bridge.model import Instance, Notice, Status
 from bridge.spool import NewEvent, Spool, SpoolError
 from bridge.watchers.base import Update, Watcher
 from sinks import registry
@@ -95,6 +96,8 @@ class Bridge:
     #: Notices seen since start, by (provider, kind, status): the metrics' counter.
     notice_counts: Counter[tuple[str, str, str]] = field(init=False, default_factory=Counter)
     _tasks: dict[str, asyncio.Task[None]] = field(init=False, default_factory=dict)
+    #: The VM's identity per watcher, once it has identified it (what heartbeats carry).
+    instances: dict[str, Instance] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         delivery = self.config.delivery
@@ -162,6 +165,7 @@ class Bridge:
             self.watchers[name] = watcher
             try:
                 instance = await watcher.identify()
+                self.instances[name] = instance
                 log.info("watching %s instance %s (%s)", name, instance.name, instance.source)
                 async for update in watcher.watch():
                     events, plan = await self._commit(name, update)
@@ -216,12 +220,14 @@ class Bridge:
                 for name in self.factories
             }
             tasks = list(self._tasks.values())
+            beats = Heartbeats(self, self.config.heartbeat.interval)
+            beating = asyncio.create_task(beats.run(), name="heartbeat")
             stopper = asyncio.create_task(stop.wait())
             _done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
-            for task in tasks:
+            for task in [*tasks, beating]:
                 task.cancel()
             stopper.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, beating, return_exceptions=True)
             await self.actions.stop(self.config.delivery.shutdown_timeout)
             log.info(
                 "stopping: delivering in-flight events (deadline %.0fs)",

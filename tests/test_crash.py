@@ -143,6 +143,8 @@ port = 0
 [delivery]
 retry_initial = 0.05
 retry_max = 0.2
+[heartbeat]
+interval = 0
 [[sinks]]
 type = "webhook"
 url = "{url}"
