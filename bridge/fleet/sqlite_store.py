@@ -1,0 +1,399 @@
+"""The default fleet store: one SQLite file in the state directory (embedded, no set-up).
+
+Writes go through one connection on one thread (`ingest` is one `BEGIN IMMEDIATE`
+transaction per batch, `synchronous=FULL`: a 2xx or an ack follows a durable commit); reads
+use a second connection on their own thread, which WAL lets run beside a write, so the API
+stays responsive while a backlog is ingested. The rules are in `bridge.fleet.store`, the
+SQL in `bridge.fleet.sql`.
+
+The query side (`_Reads`) is plain SQL over a DB-API connection, kept apart so that a
+PostgreSQL store can reuse it with its own connection and placeholder style.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from bridge import contract
+from bridge.fleet import sql
+from bridge.fleet.state import FINISHED_RANK, RANK
+from bridge.fleet.store import (
+    Accepted,
+    Batch,
+    EventPage,
+    EventQuery,
+    IngestResult,
+    NoticeFilter,
+    StoreError,
+)
+
+T = TypeVar("T")
+DEFAULT_FILE: Final = "fleet.sqlite3"
+_AUDIT_TYPES: Final = (contract.APPROVED, contract.HOOK_COMPLETED)
+# Query heads; `_where` appends fixed clauses whose values are parameters.
+_NOTICES: Final = (
+    "SELECT n.source, n.notice_id, n.provider, n.instance, n.zone, n.kind, n.status, "
+    "n.time, n.not_before, n.event_id, n.body FROM notices n"
+)
+_HISTORY: Final = (
+    "SELECT e.source, e.notice_id, e.type, e.id, e.time, e.body FROM events e "
+    "JOIN notices n ON e.source = n.source AND e.notice_id = n.notice_id"
+)
+_EVENTS: Final = "SELECT seq, ingest, received_at, body FROM events"
+
+
+def _epoch(value: Any) -> float:
+    return float(value.timestamp())
+
+
+def _rfc3339(value: float | None) -> str | None:
+    if value is None:
+        return None
+    return contract.rfc3339(datetime.fromtimestamp(value, UTC))
+
+
+def _notice_id(event: contract.Event) -> str | None:
+    data = event.data
+    if isinstance(data, contract.MaintenanceData | contract.TriggerData):
+        return data.notice_id
+    return None
+
+
+def apply(db: Any, batch: Batch) -> IngestResult:
+    """Write `batch` with `db` inside the caller's transaction (any DB-API connection whose
+    placeholders are `?`). Returns what was new, known, refused."""
+    accepted = duplicate = 0
+    lags: list[float] = []
+    for item in batch.accepted:
+        event = item.event
+        time = _epoch(event.time)
+        cursor = db.execute(
+            sql.INSERT_EVENT,
+            (
+                event.source,
+                event.id,
+                event.type,
+                event.instance.name,
+                _notice_id(event),
+                time,
+                batch.received_at,
+                batch.ingest,
+                item.body.decode(),
+            ),
+        )
+        if cursor.rowcount != 1:
+            duplicate += 1
+            continue
+        accepted += 1
+        lags.append(batch.received_at - time)
+        _apply_state(db, item, time)
+    for refused in batch.refused:
+        db.execute(
+            sql.INSERT_REJECTED,
+            (
+                batch.ingest,
+                batch.received_at,
+                refused.reason,
+                refused.body.decode("utf-8", "replace"),
+            ),
+        )
+    for part, position in batch.checkpoints.items():
+        db.execute(sql.UPSERT_CHECKPOINT, (batch.ingest, part, position, batch.received_at))
+    return IngestResult(accepted, duplicate, len(batch.refused), tuple(lags))
+
+
+def _apply_state(db: Any, item: Accepted, time: float) -> None:
+    event = item.event
+    instance = event.instance
+    provider = event.provider or "unknown"
+    db.execute(
+        sql.UPSERT_INSTANCE,
+        (
+            event.source,
+            provider,
+            instance.name,
+            instance.id,
+            instance.zone,
+            instance.location,
+            instance.project,
+            instance.subscription,
+            instance.resource_group,
+            instance.scale_set,
+            instance.resource_id,
+            time,
+            time,
+        ),
+    )
+    data = event.data
+    if isinstance(data, contract.HeartbeatData):
+        db.execute(
+            sql.UPDATE_HEARTBEAT,
+            (
+                time,
+                data.interval_seconds,
+                data.agent_version,
+                int(data.watcher_healthy),
+                data.spool_depth,
+                _epoch(data.started_at),
+                event.source,
+                time,
+            ),
+        )
+    elif isinstance(data, contract.MaintenanceData):
+        db.execute(
+            sql.UPSERT_NOTICE,
+            (
+                event.source,
+                data.notice_id,
+                data.provider,
+                instance.name,
+                instance.zone,
+                data.kind,
+                data.status,
+                RANK[data.status],
+                time,
+                _epoch(data.not_before) if data.not_before else None,
+                event.id,
+                item.body.decode(),
+            ),
+        )
+
+
+def _where(conditions: Iterable[tuple[str, Any]]) -> tuple[str, list[Any]]:
+    """A WHERE clause of the fixed `clauses` whose value is not None; the values become
+    parameters (one per `?`), never SQL text."""
+    clauses, params = [], []
+    for clause, value in conditions:
+        if value is None:
+            continue
+        clauses.append(clause)
+        params.extend([value] * clause.count("?"))
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+class Reads:
+    """The store's queries over a DB-API connection with `?` placeholders."""
+
+    @staticmethod
+    def notices(db: Any, where: NoticeFilter, in_force: bool) -> list[dict[str, Any]]:
+        clause, params = _where(
+            [
+                (f"n.rank < {FINISHED_RANK}", True if in_force else None),
+                ("n.provider = ?", where.provider),
+                ("n.zone = ?", where.zone),
+                ("n.kind = ?", where.kind),
+                ("n.status = ?", where.status),
+                ("(n.instance = ? OR n.source = ?)", where.instance),
+            ]
+        )
+        query = f"{_NOTICES}{clause} ORDER BY n.not_before IS NULL, n.not_before, n.time"
+        rows = db.execute(query, params).fetchall()
+        notices: dict[tuple[str, str], dict[str, Any]] = {}
+        for source, notice_id, provider, name, zone, kind, status, time, nb, eid, body in rows:
+            event = json.loads(body)
+            notices[(source, notice_id)] = {
+                "source": source,
+                "instance": name,
+                "notice_id": notice_id,
+                "provider": provider,
+                "zone": zone,
+                "kind": kind,
+                "status": status,
+                "not_before": _rfc3339(nb),
+                "window": event["data"].get("window"),
+                "updated": _rfc3339(time),
+                "event_id": eid,
+                "event": event,
+                "transitions": [],
+                "approvals": [],
+                "hooks": [],
+            }
+        if not notices:
+            return []
+        history = db.execute(f"{_HISTORY}{clause} ORDER BY e.time, e.seq", params).fetchall()
+        for source, notice_id, type_, event_id, time, body in history:
+            notice = notices.get((source, notice_id))
+            if notice is None:
+                continue
+            if type_ in contract.MAINTENANCE_TYPES:
+                status = type_.removeprefix(contract.TYPE_PREFIX)
+                notice["transitions"].append(
+                    {"status": status, "event_id": event_id, "time": _rfc3339(time)}
+                )
+            elif type_ in _AUDIT_TYPES:
+                data = json.loads(body)["data"]
+                entry = {
+                    **data,
+                    "event_id": event_id,
+                    "time": _rfc3339(time),
+                    "trigger_event_id": data.get("event_id"),
+                }
+                for key in ("instance", "provider", "notice_id"):
+                    entry.pop(key, None)
+                kind = "approvals" if type_ == contract.APPROVED else "hooks"
+                notice[kind].append(entry)
+        return list(notices.values())
+
+    @staticmethod
+    def instances(db: Any) -> list[dict[str, Any]]:
+        cursor = db.execute(
+            "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
+            "resource_group, scale_set, resource_id, first_seen, last_seen, last_heartbeat, "
+            "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at "
+            "FROM instances ORDER BY name, source"
+        )
+        names = [column[0] for column in cursor.description]
+        result = []
+        for row in cursor.fetchall():
+            item = dict(zip(names, row, strict=True))
+            if item["watcher_healthy"] is not None:
+                item["watcher_healthy"] = bool(item["watcher_healthy"])
+            result.append(item)
+        return result
+
+    @staticmethod
+    def events(db: Any, query: EventQuery) -> EventPage:
+        clause, params = _where(
+            [
+                ("seq > ?", query.cursor),
+                ("(instance = ? OR source = ?)", query.instance),
+                ("type = ?", query.type),
+                ("time >= ?", query.since),
+                ("time < ?", query.until),
+            ]
+        )
+        statement = f"{_EVENTS}{clause} ORDER BY seq LIMIT ?"
+        rows = db.execute(statement, [*params, query.limit + 1]).fetchall()
+        more = len(rows) > query.limit
+        page = [(int(s), str(i), float(r), str(b).encode()) for s, i, r, b in rows[: query.limit]]
+        return EventPage(page, page[-1][0] if more and page else None)
+
+    @staticmethod
+    def rejected(db: Any, limit: int) -> list[dict[str, Any]]:
+        rows = db.execute(
+            "SELECT seq, ingest, received_at, reason, body FROM rejected ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [
+            {"seq": s, "ingest": i, "received_at": _rfc3339(r), "reason": why, "body": b}
+            for s, i, r, why, b in rows
+        ]
+
+    @staticmethod
+    def counts(db: Any) -> dict[str, int]:
+        counts = {}
+        for name, query in (
+            ("events", "SELECT COUNT(*) FROM events"),
+            ("instances", "SELECT COUNT(*) FROM instances"),
+            ("notices", "SELECT COUNT(*) FROM notices"),
+            ("notices_in_force", "SELECT COUNT(*) FROM notices WHERE rank < 2"),
+            ("rejected", "SELECT COUNT(*) FROM rejected"),
+        ):
+            (counts[name],) = db.execute(query).fetchone()
+        return counts
+
+    @staticmethod
+    def checkpoints(db: Any, ingest: str) -> dict[str, str]:
+        rows = db.execute(
+            "SELECT part, position FROM checkpoints WHERE ingest = ?", (ingest,)
+        ).fetchall()
+        return {str(part): str(position) for part, position in rows}
+
+
+class SqliteStore:
+    """`bridge.fleet.store.Store` on a SQLite file (see the module docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-store-w")
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-store-r")
+        self._write_db: sqlite3.Connection | None = None
+        self._read_db: sqlite3.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA busy_timeout=10000")
+        return db
+
+    def _open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = self._connect()
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            for statement in sql.schema(sql.SQLITE_SERIAL):
+                db.execute(statement)
+            self._write_db = db
+            self._read_db = self._connect()
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the fleet store at {self.path}: {exc}") from exc
+
+    async def _run(
+        self, executor: ThreadPoolExecutor, fn: Callable[[sqlite3.Connection], T], write: bool
+    ) -> T:
+        def call() -> T:
+            db = self._write_db if write else self._read_db
+            if db is None:
+                raise StoreError("the fleet store is not open")
+            try:
+                return fn(db)
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.rollback()
+                raise StoreError(f"fleet store {self.path}: {exc}") from exc
+
+        return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        return asyncio.ensure_future(self._run(self._reader, fn, write=False))
+
+    async def open(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._writer, self._open)
+
+    async def close(self) -> None:
+        for db, executor in ((self._write_db, self._writer), (self._read_db, self._reader)):
+            if db is not None:
+                await asyncio.get_running_loop().run_in_executor(executor, db.close)
+        self._write_db = self._read_db = None
+        self._writer.shutdown(wait=True)
+        self._reader.shutdown(wait=True)
+
+    async def ping(self) -> None:
+        await self._read(lambda db: db.execute("SELECT 1").fetchone())
+
+    async def ingest(self, batch: Batch) -> IngestResult:
+        def write(db: sqlite3.Connection) -> IngestResult:
+            db.execute("BEGIN IMMEDIATE")
+            result = apply(db, batch)
+            db.execute("COMMIT")
+            return result
+
+        return await self._run(self._writer, write, write=True)
+
+    async def checkpoints(self, ingest: str) -> dict[str, str]:
+        return await self._read(lambda db: Reads.checkpoints(db, ingest))
+
+    async def notices(self, where: NoticeFilter, *, in_force: bool = True) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.notices(db, where, in_force))
+
+    async def instances(self) -> list[dict[str, Any]]:
+        return await self._read(Reads.instances)
+
+    async def events(self, query: EventQuery) -> EventPage:
+        return await self._read(lambda db: Reads.events(db, query))
+
+    async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.rejected(db, limit))
+
+    async def counts(self) -> dict[str, int]:
+        return await self._read(Reads.counts)
