@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +45,12 @@ _NOTICES: Final = (
 _HISTORY: Final = (
     "SELECT e.source, e.notice_id, e.type, e.id, e.time, e.body FROM events e "
     "JOIN notices n ON e.source = n.source AND e.notice_id = n.notice_id"
+)
+_INSTANCES: Final = (
+    "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
+    "resource_group, scale_set, resource_id, first_seen, last_seen, last_heartbeat, "
+    "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at "
+    "FROM instances"
 )
 _EVENTS: Final = "SELECT seq, ingest, received_at, body FROM events"
 
@@ -242,13 +248,16 @@ class Reads:
         return list(notices.values())
 
     @staticmethod
-    def instances(db: Any) -> list[dict[str, Any]]:
-        cursor = db.execute(
-            "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
-            "resource_group, scale_set, resource_id, first_seen, last_seen, last_heartbeat, "
-            "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at "
-            "FROM instances ORDER BY name, source"
-        )
+    def instances(db: Any, keys: Sequence[str] | None) -> list[dict[str, Any]]:
+        if keys is None:
+            cursor = db.execute(f"{_INSTANCES} ORDER BY name, source")
+        else:
+            marks = ", ".join("?" * len(keys))
+            cursor = db.execute(
+                f"{_INSTANCES} WHERE name IN ({marks}) OR source IN ({marks}) "
+                "ORDER BY name, source",
+                [*keys, *keys],
+            )
         names = [column[0] for column in cursor.description]
         result = []
         for row in cursor.fetchall():
@@ -285,6 +294,14 @@ class Reads:
             {"seq": s, "ingest": i, "received_at": _rfc3339(r), "reason": why, "body": b}
             for s, i, r, why, b in rows
         ]
+
+    @staticmethod
+    def notice_counts(db: Any) -> list[tuple[str, str | None, str, str, int]]:
+        rows = db.execute(
+            "SELECT provider, zone, kind, status, COUNT(*) FROM notices WHERE rank < 2 "
+            "GROUP BY provider, zone, kind, status ORDER BY provider, zone, kind, status"
+        ).fetchall()
+        return [(str(p), z, str(k), str(s), int(n)) for p, z, k, s, n in rows]
 
     @staticmethod
     def counts(db: Any) -> dict[str, int]:
@@ -386,14 +403,17 @@ class SqliteStore:
     async def notices(self, where: NoticeFilter, *, in_force: bool = True) -> list[dict[str, Any]]:
         return await self._read(lambda db: Reads.notices(db, where, in_force))
 
-    async def instances(self) -> list[dict[str, Any]]:
-        return await self._read(Reads.instances)
+    async def instances(self, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.instances(db, keys))
 
     async def events(self, query: EventQuery) -> EventPage:
         return await self._read(lambda db: Reads.events(db, query))
 
     async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
         return await self._read(lambda db: Reads.rejected(db, limit))
+
+    async def notice_counts(self) -> list[tuple[str, str | None, str, str, int]]:
+        return await self._read(Reads.notice_counts)
 
     async def counts(self) -> dict[str, int]:
         return await self._read(Reads.counts)

@@ -144,13 +144,17 @@ class Store(Protocol):
     async def notices(self, where: NoticeFilter, *, in_force: bool = True) -> list[dict[str, Any]]:
         """Notices (in force, or all), each with its transitions, approvals and hooks."""
 
-    async def instances(self) -> list[dict[str, Any]]:
-        """Every instance ever seen with its identity, first/last seen and last heartbeat."""
+    async def instances(self, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Every instance ever seen (or those whose name or source is in `keys`) with its
+        identity, first/last seen and last heartbeat."""
 
     async def events(self, query: EventQuery) -> EventPage: ...
 
     async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
         """The latest refused inputs (newest first) with their reasons."""
+
+    async def notice_counts(self) -> list[tuple[str, str | None, str, str, int]]:
+        """(provider, zone, kind, status, count) of the notices in force (summary, metrics)."""
 
     async def counts(self) -> dict[str, int]:
         """Row counts: events, instances, notices, notices_in_force, rejected."""
