@@ -13,6 +13,7 @@ PostgreSQL store can reuse it with its own connection and placeholder style.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -365,8 +366,9 @@ class SqliteStore:
             try:
                 return fn(db)
             except sqlite3.Error as exc:
-                if db.in_transaction:
-                    db.rollback()
+                with contextlib.suppress(sqlite3.Error):  # a closed connection cannot roll back
+                    if db.in_transaction:
+                        db.rollback()
                 raise StoreError(f"fleet store {self.path}: {exc}") from exc
 
         return await asyncio.get_running_loop().run_in_executor(executor, call)
