@@ -76,6 +76,33 @@ def _start(notice: dict[str, Any]) -> float | None:
     return moment("not_before", text) if text else None
 
 
+async def fleet_summary(store: Store) -> dict[str, Any]:
+    """Instances by state and provider, notices in force by provider, zone, kind and status,
+    the store's row counts (`/v1/fleet/summary` and `fleet status`)."""
+    now = time.time()
+    states: Counter[str] = Counter({"reporting": 0, "silent": 0})
+    providers: Counter[str] = Counter()
+    for instance in await store.instances():
+        states[state.instance_state(instance, now)[0]] += 1
+        providers[instance["provider"]] += 1
+    by: dict[str, Counter[str]] = {k: Counter() for k in ("provider", "zone", "kind", "status")}
+    total = 0
+    for provider, zone, kind, status, count in await store.notice_counts():
+        total += count
+        for key, value in (
+            ("provider", provider),
+            ("zone", zone or "none"),
+            ("kind", kind),
+            ("status", status),
+        ):
+            by[key][value] += count
+    return {
+        "instances": {"total": sum(states.values()), **states, "by_provider": dict(providers)},
+        "notices_in_force": {"total": total, **{f"by_{k}": dict(v) for k, v in by.items()}},
+        "store": await store.counts(),
+    }
+
+
 class FleetApiRoutes:
     """The handlers, bound to one store, the ingest stats and the sources."""
 
@@ -190,34 +217,7 @@ class FleetApiRoutes:
         return web.json_response(body, status=200 if body["preferred"] is not None else 503)
 
     async def summary(self, _request: web.Request) -> web.Response:
-        now = time.time()
-        states: Counter[str] = Counter({"reporting": 0, "silent": 0})
-        providers: Counter[str] = Counter()
-        for instance in await self.store.instances():
-            states[state.instance_state(instance, now)[0]] += 1
-            providers[instance["provider"]] += 1
-        by: dict[str, Counter[str]] = {k: Counter() for k in ("provider", "zone", "kind", "status")}
-        total = 0
-        for provider, zone, kind, status, count in await self.store.notice_counts():
-            total += count
-            for key, value in (
-                ("provider", provider),
-                ("zone", zone or "none"),
-                ("kind", kind),
-                ("status", status),
-            ):
-                by[key][value] += count
-        return web.json_response(
-            {
-                "instances": {
-                    "total": sum(states.values()),
-                    **states,
-                    "by_provider": dict(providers),
-                },
-                "notices_in_force": {"total": total, **{f"by_{k}": dict(v) for k, v in by.items()}},
-                "store": await self.store.counts(),
-            }
-        )
+        return web.json_response(await fleet_summary(self.store))
 
     # -- the audit log ----------------------------------------------------------------------
 
