@@ -75,6 +75,7 @@ def schema(serial: str) -> list[str]:
             PRIMARY KEY (source, notice_id)
         )""",
         "CREATE INDEX IF NOT EXISTS notices_rank ON notices (rank)",
+        "CREATE INDEX IF NOT EXISTS notices_instance ON notices (instance)",
         f"""CREATE TABLE IF NOT EXISTS rejected (
             seq {serial},
             ingest TEXT NOT NULL,
