@@ -41,6 +41,7 @@ from bridge.heartbeat import heartbeat_event
 from bridge.model import Instance, Kind, Notice, Provider, Status
 from sinks import _webhook_signing as signing
 from sinks.webhook import BATCH_SIZE
+from tests.fleet.factories import azure_vm, gce_vm
 from tests.support import free_port
 
 SECRET = "whsec_" + "YmVuY2gtZmxlZXQtc2VjcmV0LWtleS0wMDAwMDAwMDE="
@@ -62,37 +63,11 @@ QUICK = Sizes(200, 2_000, 20)
 
 
 def _vm(index: int) -> Instance:
+    """VM `index` of the fleet: odd ones on GCE over four zones, even ones on Azure in 50
+    scale sets."""
     if index % 2:
-        name = f"vm-{index:05d}"
-        zone = ZONES[index % len(ZONES)]
-        resource = f"projects/bench/zones/{zone}/instances/{name}"
-        return Instance(
-            provider=Provider.GCE,
-            id=str(10**12 + index),
-            name=name,
-            source=f"//compute.googleapis.com/{resource}",
-            resource_id=resource,
-            zone=zone,
-            location=zone.rsplit("-", 1)[0],
-            project="bench",
-        )
-    name = f"az-{index:05d}"
-    resource = (
-        "/subscriptions/00000000-0000-4000-8000-000000000000/resourceGroups/bench/providers/"
-        f"Microsoft.Compute/virtualMachines/{name}"
-    )
-    return Instance(
-        provider=Provider.AZURE,
-        id=f"vm-{index}",
-        name=name,
-        source=resource,
-        resource_id=resource,
-        zone=str(index % 3 + 1),
-        location="westeurope",
-        subscription="00000000-0000-4000-8000-000000000000",
-        resource_group="bench",
-        scale_set=f"set-{index % 50}",
-    )
+        return gce_vm(f"vm-{index:05d}", ZONES[index % len(ZONES)])
+    return azure_vm(f"az-{index:05d}", "bench", f"set-{index % 50}", zone=str(index % 3 + 1))
 
 
 def fleet_events(sizes: Sizes, now: datetime) -> list[bytes]:

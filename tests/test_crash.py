@@ -62,8 +62,11 @@ async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
 
 
 class Process:
-    def __init__(self, config: Path) -> None:
+    """`maintenance-bridge <command> --config <config>` (`run` by default) as a child."""
+
+    def __init__(self, config: Path, command: str = "run") -> None:
         self.config = config
+        self.command = command
         self.proc: asyncio.subprocess.Process | None = None
         self.kills = 0
 
@@ -74,7 +77,7 @@ class Process:
             "bridge",
             "--log-format",
             "json",
-            "run",
+            self.command,
             "--config",
             str(self.config),
             cwd=ROOT,

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
 
+import msgspec
 from aiohttp import web
 
 from bridge.fleet import metrics, state
@@ -42,6 +43,13 @@ BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
 PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
 _DURATION: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    """A JSON answer, encoded by msgspec (the notices of a large fleet are megabytes)."""
+    return web.Response(
+        body=msgspec.json.encode(value), status=status, content_type="application/json"
+    )
 
 
 class BadQuery(Exception):
@@ -136,9 +144,9 @@ class FleetApiRoutes:
         try:
             response: web.StreamResponse = await handler(request)
         except BadQuery as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            return _json({"error": str(exc)}, status=400)
         except StoreError as exc:
-            return web.json_response({"error": f"fleet store: {exc}"}, status=503)
+            return _json({"error": f"fleet store: {exc}"}, status=503)
         return response
 
     # -- notices ----------------------------------------------------------------------------
@@ -153,7 +161,7 @@ class FleetApiRoutes:
             instance=query.get("instance"),
         )
         found = await self.store.notices(where)
-        return web.json_response({"count": len(found), "notices": found})
+        return _json({"count": len(found), "notices": found})
 
     async def upcoming(self, request: web.Request) -> web.Response:
         within = duration("within", request.query.get("within", "24h"))
@@ -168,7 +176,7 @@ class FleetApiRoutes:
                 notice["seconds_until"] = round(start - now, 1)
                 timed.append((start, notice))
         timed.sort(key=lambda pair: pair[0])
-        return web.json_response(
+        return _json(
             {
                 "within_seconds": within,
                 "count": len(timed),
@@ -198,7 +206,7 @@ class FleetApiRoutes:
                     "notices": in_force.get(instance["source"], []),
                 }
             )
-        return web.json_response({"count": len(result), "instances": result})
+        return _json({"count": len(result), "instances": result})
 
     async def eligible(self, request: web.Request) -> web.Response:
         candidates = request.query.getall("instance", [])
@@ -214,10 +222,10 @@ class FleetApiRoutes:
             found = await self.store.notices(NoticeFilter(instance=row["source"]))
             notices[row["source"]] = [n["event"] for n in found]
         body = state.eligible(candidates, known, notices, time.time(), horizon)
-        return web.json_response(body, status=200 if body["preferred"] is not None else 503)
+        return _json(body, status=200 if body["preferred"] is not None else 503)
 
     async def summary(self, _request: web.Request) -> web.Response:
-        return web.json_response(await fleet_summary(self.store))
+        return _json(await fleet_summary(self.store))
 
     # -- the audit log ----------------------------------------------------------------------
 
@@ -250,7 +258,7 @@ class FleetApiRoutes:
 
     async def rejected(self, _request: web.Request) -> web.Response:
         found = await self.store.rejected()
-        return web.json_response({"count": len(found), "rejected": found})
+        return _json({"count": len(found), "rejected": found})
 
     # -- operations -------------------------------------------------------------------------
 
@@ -259,7 +267,7 @@ class FleetApiRoutes:
         return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
 
     async def healthz(self, _request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "checks": [{"name": "process", "ok": True}]})
+        return _json({"status": "ok", "checks": [{"name": "process", "ok": True}]})
 
     async def readyz(self, _request: web.Request) -> web.Response:
         checks = []
@@ -274,6 +282,6 @@ class FleetApiRoutes:
                 {"name": f"source:{source.name}", "ok": health.ok, "detail": health.detail}
             )
         ok = all(check["ok"] for check in checks)
-        return web.json_response(
+        return _json(
             {"status": "ok" if ok else "failing", "checks": checks}, status=200 if ok else 503
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -137,11 +138,4 @@ async def _export(store: Store, args: argparse.Namespace, out: IO[str]) -> int:
             )
         if page.next_cursor is None:
             return EXIT_OK
-        query = EventQuery(
-            instance=query.instance,
-            type=query.type,
-            since=query.since,
-            until=query.until,
-            cursor=page.next_cursor,
-            limit=query.limit,
-        )
+        query = dataclasses.replace(query, cursor=page.next_cursor)

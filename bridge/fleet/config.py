@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -33,7 +32,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from bridge.config import apply_env_overrides
+from bridge.config import apply_env_overrides, read_toml
 from bridge.secrets import Secret
 from bridge.validation import ConfigError, FieldError, render_path, validate_into
 from sinks import _webhook_signing as signing
@@ -176,17 +175,7 @@ def parse_fleet_config(raw: Mapping[str, Any], origin: str = "configuration") ->
 
 def load_fleet_config(path: Path | None, environ: Mapping[str, str] = os.environ) -> FleetConfig:
     """Read `path` (or nothing: the defaults), apply environment overrides, validate."""
-    raw: dict[str, Any] = {}
-    origin = "configuration"
-    if path is not None:
-        origin = str(path)
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(["file not found"], origin) from None
-        except OSError as exc:
-            raise ConfigError([f"cannot read: {exc.strerror}"], origin) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError([f"not valid TOML: {exc}"], origin) from None
+    raw = read_toml(path)
+    origin = str(path) if path is not None else "configuration"
     fleet_env = {k: v for k, v in environ.items() if k.startswith(ENV_PREFIX)}
     return parse_fleet_config(apply_env_overrides(raw, fleet_env), origin)

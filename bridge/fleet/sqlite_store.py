@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
+
+import msgspec
 
 from bridge import contract
 from bridge.fleet import sql
@@ -37,6 +38,7 @@ from bridge.fleet.store import (
 
 T = TypeVar("T")
 DEFAULT_FILE: Final = "fleet.sqlite3"
+_JSON: Final = msgspec.json.Decoder(dict[str, Any])
 _AUDIT_TYPES: Final = (contract.APPROVED, contract.HOOK_COMPLETED)
 # Query heads; `_where` appends fixed clauses whose values are parameters.
 _NOTICES: Final = (
@@ -75,12 +77,84 @@ def _notice_id(event: contract.Event) -> str | None:
 
 def apply(db: Any, batch: Batch) -> IngestResult:
     """Write `batch` with `db` inside the caller's transaction (any DB-API connection whose
-    placeholders are `?`). Returns what was new, known, refused."""
-    accepted = duplicate = 0
+    placeholders are `?`). Returns what was new, known, refused.
+
+    Only the events the audit log did not have yet change the state, each once: one
+    instance upsert per VM of the batch, then the heartbeats and notices in batch order (the
+    notice upsert's forward-only rule makes that order irrelevant anyway).
+    """
+    items = list(batch.accepted)
+    inserted = _insert_events(db, batch, items)
+    applied: set[tuple[str, str]] = set()
     lags: list[float] = []
-    for item in batch.accepted:
+    instances: dict[str, list[Any]] = {}
+    heartbeats: list[tuple[Any, ...]] = []
+    notices: list[tuple[Any, ...]] = []
+    for item in items:
         event = item.event
+        key = (event.source, event.id)
+        if key not in inserted or key in applied:
+            continue
+        applied.add(key)
         time = _epoch(event.time)
+        lags.append(batch.received_at - time)
+        _merge_instance(instances, event, time)
+        data = event.data
+        if isinstance(data, contract.HeartbeatData):
+            heartbeats.append(
+                (
+                    time,
+                    data.interval_seconds,
+                    data.agent_version,
+                    int(data.watcher_healthy),
+                    data.spool_depth,
+                    _epoch(data.started_at),
+                    event.source,
+                    time,
+                )
+            )
+        elif isinstance(data, contract.MaintenanceData):
+            notices.append(
+                (
+                    event.source,
+                    data.notice_id,
+                    data.provider,
+                    event.instance.name,
+                    event.instance.zone,
+                    data.kind,
+                    data.status,
+                    RANK[data.status],
+                    time,
+                    _epoch(data.not_before) if data.not_before else None,
+                    event.id,
+                    item.body.decode(),
+                )
+            )
+    db.executemany(sql.UPSERT_INSTANCE, [tuple(row) for row in instances.values()])
+    db.executemany(sql.UPDATE_HEARTBEAT, heartbeats)
+    db.executemany(sql.UPSERT_NOTICE, notices)
+    db.executemany(
+        sql.INSERT_REJECTED,
+        [
+            (batch.ingest, batch.received_at, r.reason, r.body.decode("utf-8", "replace"))
+            for r in batch.refused
+        ],
+    )
+    db.executemany(
+        sql.UPSERT_CHECKPOINT,
+        [(batch.ingest, part, pos, batch.received_at) for part, pos in batch.checkpoints.items()],
+    )
+    return IngestResult(len(applied), len(items) - len(applied), len(batch.refused), tuple(lags))
+
+
+def _insert_events(db: Any, batch: Batch, items: list[Accepted]) -> set[tuple[str, str]]:
+    """Append `items` to the audit log; the (source, id) of those that were new.
+
+    One statement per event: measured faster in SQLite than a multi-row INSERT ... RETURNING.
+    """
+    inserted: set[tuple[str, str]] = set()
+    for item in items:
+        event = item.event
         cursor = db.execute(
             sql.INSERT_EVENT,
             (
@@ -89,88 +163,42 @@ def apply(db: Any, batch: Batch) -> IngestResult:
                 event.type,
                 event.instance.name,
                 _notice_id(event),
-                time,
+                _epoch(event.time),
                 batch.received_at,
                 batch.ingest,
                 item.body.decode(),
             ),
         )
-        if cursor.rowcount != 1:
-            duplicate += 1
-            continue
-        accepted += 1
-        lags.append(batch.received_at - time)
-        _apply_state(db, item, time)
-    for refused in batch.refused:
-        db.execute(
-            sql.INSERT_REJECTED,
-            (
-                batch.ingest,
-                batch.received_at,
-                refused.reason,
-                refused.body.decode("utf-8", "replace"),
-            ),
-        )
-    for part, position in batch.checkpoints.items():
-        db.execute(sql.UPSERT_CHECKPOINT, (batch.ingest, part, position, batch.received_at))
-    return IngestResult(accepted, duplicate, len(batch.refused), tuple(lags))
+        if cursor.rowcount == 1:
+            inserted.add((event.source, event.id))
+    return inserted
 
 
-def _apply_state(db: Any, item: Accepted, time: float) -> None:
-    event = item.event
+def _merge_instance(instances: dict[str, list[Any]], event: contract.Event, time: float) -> None:
+    """One instance row per source and batch: the earliest and latest event time, the
+    identity of the latest event."""
     instance = event.instance
-    provider = event.provider or "unknown"
-    db.execute(
-        sql.UPSERT_INSTANCE,
-        (
-            event.source,
-            provider,
-            instance.name,
-            instance.id,
-            instance.zone,
-            instance.location,
-            instance.project,
-            instance.subscription,
-            instance.resource_group,
-            instance.scale_set,
-            instance.resource_id,
-            time,
-            time,
-        ),
-    )
-    data = event.data
-    if isinstance(data, contract.HeartbeatData):
-        db.execute(
-            sql.UPDATE_HEARTBEAT,
-            (
-                time,
-                data.interval_seconds,
-                data.agent_version,
-                int(data.watcher_healthy),
-                data.spool_depth,
-                _epoch(data.started_at),
-                event.source,
-                time,
-            ),
-        )
-    elif isinstance(data, contract.MaintenanceData):
-        db.execute(
-            sql.UPSERT_NOTICE,
-            (
-                event.source,
-                data.notice_id,
-                data.provider,
-                instance.name,
-                instance.zone,
-                data.kind,
-                data.status,
-                RANK[data.status],
-                time,
-                _epoch(data.not_before) if data.not_before else None,
-                event.id,
-                item.body.decode(),
-            ),
-        )
+    row = instances.get(event.source)
+    identity = [
+        event.source,
+        event.provider or "unknown",
+        instance.name,
+        instance.id,
+        instance.zone,
+        instance.location,
+        instance.project,
+        instance.subscription,
+        instance.resource_group,
+        instance.scale_set,
+        instance.resource_id,
+    ]
+    if row is None:
+        instances[event.source] = [*identity, time, time]
+        return
+    first, last = row[11], row[12]
+    if time >= last:
+        row[:11] = identity
+    row[11], row[12] = min(first, time), max(last, time)
 
 
 def _where(conditions: Iterable[tuple[str, Any]]) -> tuple[str, list[Any]]:
@@ -204,7 +232,7 @@ class Reads:
         rows = db.execute(query, params).fetchall()
         notices: dict[tuple[str, str], dict[str, Any]] = {}
         for source, notice_id, provider, name, zone, kind, status, time, nb, eid, body in rows:
-            event = json.loads(body)
+            event = _JSON.decode(body)
             notices[(source, notice_id)] = {
                 "source": source,
                 "instance": name,
@@ -239,7 +267,7 @@ class Reads:
                     {"status": status, "event_id": event_id, "time": _rfc3339(time)}
                 )
             elif type_ in _AUDIT_TYPES:
-                data = json.loads(body)["data"]
+                data = _JSON.decode(body)["data"]
                 entry = {
                     **data,
                     "event_id": event_id,

@@ -10,25 +10,18 @@ from bridge.events import serialize, to_cloudevent
 from bridge.fleet.store import Accepted, Batch
 from bridge.heartbeat import heartbeat_event
 from bridge.model import Instance, Kind, Notice, Provider, Status
+from tests.factories import instance
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def gce_vm(name: str, zone: str = "us-central1-a") -> Instance:
-    resource = f"projects/fleet-project/zones/{zone}/instances/{name}"
-    return Instance(
-        provider=Provider.GCE,
-        id=str(abs(hash(name)) % 10**12),
-        name=name,
-        source=f"//compute.googleapis.com/{resource}",
-        resource_id=resource,
-        zone=zone,
-        location=zone.rsplit("-", 1)[0],
-        project="fleet-project",
-    )
+    return instance(name, zone, "fleet-project")
 
 
-def azure_vm(name: str, group: str = "fleet-rg", scale_set: str | None = None) -> Instance:
+def azure_vm(
+    name: str, group: str = "fleet-rg", scale_set: str | None = None, zone: str = "1"
+) -> Instance:
     resource = (
         "/subscriptions/8c56d827-5f07-45ce-8f2b-6c5001db5c6f/resourceGroups/"
         f"{group}/providers/Microsoft.Compute/virtualMachines/{name}"
@@ -39,7 +32,7 @@ def azure_vm(name: str, group: str = "fleet-rg", scale_set: str | None = None) -
         name=name,
         source=resource,
         resource_id=resource,
-        zone="1",
+        zone=zone,
         location="westeurope",
         subscription="8c56d827-5f07-45ce-8f2b-6c5001db5c6f",
         resource_group=group,

@@ -12,9 +12,7 @@ import asyncio
 import contextlib
 import functools
 import json
-import signal
 import sqlite3
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,7 +26,7 @@ from bridge.simulator.group import AzureGroup
 from sinks import _webhook_signing as signing
 from tests.fleet.conftest import SECRET
 from tests.support import eventually, free_port
-from tests.test_cli import ROOT, bridge
+from tests.test_cli import bridge
 from tests.test_crash import Process
 
 pytestmark = pytest.mark.slow
@@ -39,42 +37,24 @@ KEY = "instance/maintenance-event"
 STATUSES = ("scheduled", "started", "completed")
 
 
-class FleetProcess:
-    def __init__(self, config: Path) -> None:
-        self.config = config
-        self.proc: asyncio.subprocess.Process | None = None
+class FleetProcess(Process):
+    """`maintenance-bridge fleet`, started and ready (its /readyz answers 200)."""
 
-    async def start(self, url: str) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bridge",
-            "fleet",
-            "--config",
-            str(self.config),
-            cwd=ROOT,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+    def __init__(self, config: Path, url: str) -> None:
+        super().__init__(config, "fleet")
+        self.url = url
+
+    async def start(self) -> None:
+        await super().start()
 
         async def ready() -> bool:
             try:
-                async with httpx.AsyncClient(base_url=url) as http:
+                async with httpx.AsyncClient(base_url=self.url) as http:
                     return (await http.get("/readyz")).status_code == 200
             except httpx.TransportError:
                 return False
 
         await eventually(ready, timeout=30)
-
-    async def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(self.proc.wait(), 20)
 
 
 def sidecar_config(path: Path, provider: str, source: dict[str, str], url: str, mode: str) -> Path:
@@ -155,7 +135,7 @@ async def test_five_sidecars_into_the_fleet_each_transition_exactly_once(tmp_pat
         f'[fleet.listener]\nport = {port}\n[fleet.store]\nurl = "sqlite://{tmp_path}/fleet.db"\n'
         f'[[fleet.sources]]\ntype = "http"\nsecrets = ["{SECRET}"]\n'
     )
-    fleet = FleetProcess(fleet_toml)
+    fleet = FleetProcess(fleet_toml, url)
     spot = {"gce": {"instance_name": "web-2", "zone": "europe-west1-b"}}
     sidecars: dict[str, Process] = {}
     async with (
@@ -166,7 +146,7 @@ async def test_five_sidecars_into_the_fleet_each_transition_exactly_once(tmp_pat
         httpx.AsyncClient(base_url=url) as http,
     ):
         azure.faults.set(provider="azure", rate_limit=False)
-        await fleet.start(url)
+        await fleet.start()
         configs = {
             "web-1": sidecar_config(
                 tmp_path / "web-1",
@@ -219,7 +199,7 @@ async def test_five_sidecars_into_the_fleet_each_transition_exactly_once(tmp_pat
             for name in ("web-1", "web-2", "db-1", "db-2"):
                 state = tmp_path / name / "state"
                 await eventually(functools.partial(spooled, state, PENDING_MAINTENANCE), 30)
-            await fleet.start(url)
+            await fleet.start()
             azure.azure.remove_event(FREEZE)
             gce2.gce.set(KEY, "NONE")
 
