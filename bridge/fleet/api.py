@@ -220,7 +220,7 @@ class FleetApiRoutes:
         notices = {}
         for row in rows:
             found = await self.store.notices(NoticeFilter(instance=row["source"]))
-            notices[row["source"]] = [n["event"] for n in found]
+            notices[row["source"]] = [msgspec.json.decode(n["event"]) for n in found]
         body = state.eligible(candidates, known, notices, time.time(), horizon)
         return _json(body, status=200 if body["preferred"] is not None else 503)
 

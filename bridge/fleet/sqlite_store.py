@@ -39,6 +39,19 @@ from bridge.fleet.store import (
 T = TypeVar("T")
 DEFAULT_FILE: Final = "fleet.sqlite3"
 _JSON: Final = msgspec.json.Decoder(dict[str, Any])
+
+
+class _WindowOnly(msgspec.Struct):
+    window: dict[str, Any] | None = None
+
+
+class _DataWindow(msgspec.Struct):
+    """What a notice listing reads of the current event: its window (the rest stays raw)."""
+
+    data: _WindowOnly
+
+
+_WINDOW: Final = msgspec.json.Decoder(_DataWindow)
 _AUDIT_TYPES: Final = (contract.APPROVED, contract.HOOK_COMPLETED)
 # Query heads; `_where` appends fixed clauses whose values are parameters.
 _NOTICES: Final = (
@@ -232,7 +245,7 @@ class Reads:
         rows = db.execute(query, params).fetchall()
         notices: dict[tuple[str, str], dict[str, Any]] = {}
         for source, notice_id, provider, name, zone, kind, status, time, nb, eid, body in rows:
-            event = _JSON.decode(body)
+            window = _WINDOW.decode(body).data.window
             notices[(source, notice_id)] = {
                 "source": source,
                 "instance": name,
@@ -242,10 +255,10 @@ class Reads:
                 "kind": kind,
                 "status": status,
                 "not_before": _rfc3339(nb),
-                "window": event["data"].get("window"),
+                "window": window,
                 "updated": _rfc3339(time),
                 "event_id": eid,
-                "event": event,
+                "event": msgspec.Raw(body.encode()),  # as received, not re-encoded
                 "transitions": [],
                 "approvals": [],
                 "hooks": [],

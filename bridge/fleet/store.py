@@ -142,7 +142,9 @@ class Store(Protocol):
         """The positions `ingest` committed, by partition (empty when it never ran)."""
 
     async def notices(self, where: NoticeFilter, *, in_force: bool = True) -> list[dict[str, Any]]:
-        """Notices (in force, or all), each with its transitions, approvals and hooks."""
+        """Notices (in force, or all), each with its transitions, approvals and hooks; its
+        current `event` is the bytes as received (`msgspec.Raw`: an encoder writes it as is,
+        `msgspec.json.decode` reads it)."""
 
     async def instances(self, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Every instance ever seen (or those whose name or source is in `keys`) with its
