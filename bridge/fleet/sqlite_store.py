@@ -58,8 +58,11 @@ _NOTICES: Final = (
     "SELECT n.source, n.notice_id, n.provider, n.instance, n.zone, n.kind, n.status, "
     "n.time, n.not_before, n.event_id, n.body FROM notices n"
 )
+# Only the audit events' bodies are read (approvals, hook outcomes); not the transitions'.
 _HISTORY: Final = (
-    "SELECT e.source, e.notice_id, e.type, e.id, e.time, e.body, e.seq FROM events e "
+    "SELECT e.source, e.notice_id, e.type, e.id, e.time, "  # noqa: S608 (constants only)
+    f"CASE WHEN e.type IN ('{contract.APPROVED}', '{contract.HOOK_COMPLETED}') "
+    "THEN e.body END, e.seq FROM events e "
     "JOIN notices n ON e.source = n.source AND e.notice_id = n.notice_id"
 )
 _INSTANCES: Final = (
