@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import sys
 import tempfile
@@ -260,6 +261,8 @@ def render(
         "",
         f"- rows: {', '.join(f'{k} {v:,}' for k, v in sorted(counts.items()))}",
         f"- fleet service peak RSS: {rss:.0f} MiB; CPU time over the run: {cpu:.1f} s",
+        f"- host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end "
+        "(the machine may be shared: compare p50s, and p99s only on a quiet host)",
         f"- ingest: {SENDERS} concurrent senders, batches of {BATCH_SIZE} "
         "(the webhook sink's batch mode), each request one store transaction (fsync)",
         "",
