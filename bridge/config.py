@@ -289,21 +289,34 @@ def load_config(
     """Read `path` (or $MAINTENANCE_BRIDGE_CONFIG), apply environment overrides, validate."""
     if path is None and environ.get(CONFIG_ENV):
         path = Path(environ[CONFIG_ENV])
-    raw = read_toml(path)
-    source = str(path) if path is not None else "configuration"
+    raw: dict[str, Any] = {}
+    source = "configuration"
+    if path is not None:
+        source = str(path)
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(["file not found"], source) from None
+        except OSError as exc:
+            raise ConfigError([f"cannot read: {exc.strerror}"], source) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError([f"not valid TOML: {exc}"], source) from None
     raw = apply_env_overrides(raw, environ)
     return parse_config(raw, source), path
 
 
 def read_toml(path: Path | None) -> dict[str, Any]:
     """The parsed file (empty without one); `ConfigError` naming the file when it cannot be
-    read or is not TOML."""
+    read, is not UTF-8 or is not TOML (the fleet service's configuration reads through it)."""
     if path is None:
         return {}
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(["file not found"], str(path)) from None
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text (byte {exc.start}); save the file as UTF-8"
+        raise ConfigError([problem], str(path)) from None
     except OSError as exc:
         raise ConfigError([f"cannot read: {exc.strerror}"], str(path)) from None
     except tomllib.TOMLDecodeError as exc:

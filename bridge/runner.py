@@ -91,13 +91,13 @@ class Bridge:
     dispatcher: Dispatcher = field(init=False)
     actions: Actions = field(init=False)
     watchers: dict[str, Watcher] = field(init=False, default_factory=dict)
+    #: The VM's identity per watcher, once it has identified it (what heartbeats carry).
+    instances: dict[str, Instance] = field(init=False, default_factory=dict)
     #: The notices in force, by (watcher, notice id): what `/v1/notices` serves.
     current: dict[tuple[str, str], CloudEvent] = field(init=False, default_factory=dict)
     #: Notices seen since start, by (provider, kind, status): the metrics' counter.
     notice_counts: Counter[tuple[str, str, str]] = field(init=False, default_factory=Counter)
     _tasks: dict[str, asyncio.Task[None]] = field(init=False, default_factory=dict)
-    #: The VM's identity per watcher, once it has identified it (what heartbeats carry).
-    instances: dict[str, Instance] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         delivery = self.config.delivery
