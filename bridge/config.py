@@ -207,6 +207,24 @@ class Config(_Section, frozen=True, kw_only=True):
         return [sink.display_name(i) for i, sink in enumerate(self.sinks)]
 
 
+def read_toml(path: Path | None) -> dict[str, Any]:
+    """The parsed file (empty without one); `ConfigError` naming the file when it cannot be
+    read, is not UTF-8 or is not TOML (the fleet service's configuration reads through it)."""
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(["file not found"], str(path)) from None
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text (byte {exc.start}); save the file as UTF-8"
+        raise ConfigError([problem], str(path)) from None
+    except OSError as exc:
+        raise ConfigError([f"cannot read: {exc.strerror}"], str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"not valid TOML: {exc}"], str(path)) from None
+
+
 def _env_value(text: str) -> Any:
     try:
         return tomllib.loads(f"v = {text}")["v"]
@@ -303,21 +321,3 @@ def load_config(
             raise ConfigError([f"not valid TOML: {exc}"], source) from None
     raw = apply_env_overrides(raw, environ)
     return parse_config(raw, source), path
-
-
-def read_toml(path: Path | None) -> dict[str, Any]:
-    """The parsed file (empty without one); `ConfigError` naming the file when it cannot be
-    read, is not UTF-8 or is not TOML (the fleet service's configuration reads through it)."""
-    if path is None:
-        return {}
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(["file not found"], str(path)) from None
-    except UnicodeDecodeError as exc:
-        problem = f"not UTF-8 text (byte {exc.start}); save the file as UTF-8"
-        raise ConfigError([problem], str(path)) from None
-    except OSError as exc:
-        raise ConfigError([f"cannot read: {exc.strerror}"], str(path)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"not valid TOML: {exc}"], str(path)) from None
