@@ -52,6 +52,46 @@ def test_every_schema_def_matches_its_struct(model: type[msgspec.Struct], name: 
     assert without_default == required, f"required keys of $defs/{name} differ"
 
 
+def _literal_values(field_type: msgspec.inspect.Type) -> set[object] | None:
+    """The values a Literal field (or an optional one) allows; None when not a Literal."""
+    if isinstance(field_type, msgspec.inspect.LiteralType):
+        return set(field_type.values)
+    if isinstance(field_type, msgspec.inspect.UnionType):
+        values: set[object] = set()
+        for member in field_type.types:
+            if isinstance(member, msgspec.inspect.NoneType):
+                values.add(None)
+            elif isinstance(member, msgspec.inspect.LiteralType):
+                values |= set(member.values)
+            else:
+                return None
+        return values
+    return None
+
+
+@pytest.mark.parametrize(
+    ("model", "name"), list(contract.SCHEMA_DEFS.items()), ids=list(contract.SCHEMA_DEFS.values())
+)
+def test_every_enum_of_the_schema_is_the_literal_of_its_struct(
+    model: type[msgspec.Struct], name: str
+) -> None:
+    """A provider, kind or outcome added to the schema must be added to the contract too."""
+    defs = schema()["$defs"]
+    properties = dict(defs[name].get("properties", {}))
+    for part in defs[name].get("allOf", []):
+        properties.update(defs[part["$ref"].removeprefix("#/$defs/")].get("properties", {}))
+    info = msgspec.inspect.type_info(model)
+    assert isinstance(info, msgspec.inspect.StructType)
+    for field in info.fields:
+        enum = properties.get(field.name, {}).get("enum")
+        if enum is None:
+            continue
+        allowed = _literal_values(field.type)
+        if allowed is not None and None in allowed and None not in enum:
+            allowed.discard(None)  # optional in the Struct: absent, never null, on the wire
+        assert allowed == set(enum), f"$defs/{name}.{field.name}"
+
+
 def test_every_type_of_the_schema_has_a_data_struct_and_back() -> None:
     assert set(schema()["properties"]["type"]["enum"]) == set(contract.DATA_TYPES)
 
