@@ -6,8 +6,11 @@ use a second connection on their own thread, which WAL lets run beside a write, 
 stays responsive while a backlog is ingested. The rules are in `bridge.fleet.store`, the
 SQL in `bridge.fleet.sql`.
 
-The query side (`_Reads`) is plain SQL over a DB-API connection, kept apart so that a
-PostgreSQL store can reuse it with its own connection and placeholder style.
+`apply` (the write side) and `Reads` (the queries) are plain SQL over any object with
+`execute(sql, params)` returning a cursor (`rowcount`, `fetchall`, `fetchone`,
+`description`) and `executemany(sql, rows)`, with `?` placeholders: a PostgreSQL store
+reuses both by wrapping its connection in an adapter that rewrites them with
+`bridge.fleet.sql.to_pyformat`, and runs `apply` inside its own transaction.
 """
 
 from __future__ import annotations
