@@ -21,6 +21,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
+import msgspec
+
 from bridge import __version__, contract
 from bridge.model import Instance
 from bridge.spool import NewEvent, SpoolError
@@ -37,7 +39,8 @@ _IDENTITY_POLL: Final = 0.2
 
 
 def _instance_data(instance: Instance) -> contract.InstanceData:
-    return contract.InstanceData(**instance.as_data())  # type: ignore[arg-type]
+    """The contract's `instance` object (keys the contract does not know are left out)."""
+    return msgspec.convert(instance.as_data(), contract.InstanceData)
 
 
 def heartbeat_event(
@@ -85,7 +88,10 @@ class Heartbeats:
         while True:
             delay = _IDENTITY_POLL  # until the watcher has identified the VM
             if self._bridge.instances:
-                await self.beat()
+                try:
+                    await self.beat()
+                except Exception:  # a heartbeat never takes the bridge (or the next one) down
+                    log.exception("cannot send the heartbeat; the next in %gs", self._interval)
                 delay = self._interval
             await asyncio.sleep(delay)
 
