@@ -17,13 +17,12 @@ from typing import Any, Final
 
 from cloudevents.core.v1.event import CloudEvent
 
-# The types' one definition lives in bridge/contract.py; re-exported for existing callers.
-from bridge.contract import APPROVED as APPROVED
-from bridge.contract import HOOK_COMPLETED as HOOK_COMPLETED
-from bridge.contract import TEST as TEST
 from bridge.events import CONTENT_TYPE, SCHEMA_URI, rfc3339
 from bridge.model import Instance
 
+HOOK_COMPLETED: Final = "io.maintenancebridge.hook.completed"
+APPROVED: Final = "io.maintenancebridge.maintenance.approved"
+TEST: Final = "io.maintenancebridge.test"
 AUDIT_TYPES: Final = (HOOK_COMPLETED, APPROVED, TEST)
 #: The output tail a hook.completed event carries, at most (the log gets more).
 OUTPUT_TAIL_BYTES: Final = 4096

@@ -47,6 +47,39 @@ def _add_config_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_fleet_parser(commands: Any) -> None:
+    """`fleet [serve|status|export]` (run by bridge/fleet/cli.py, imported only then)."""
+    fleet = commands.add_parser(
+        "fleet",
+        help="the fleet service: ingest every sidecar's events, serve the fleet state",
+        description="Run the fleet service (default), print its summary or export its audit "
+        "log. The service ingests the events of every sidecar (POST /v1/events, the webhook "
+        "sink's target), keeps one fleet state (SQLite by default) and serves /v1/fleet/... "
+        "(notices, upcoming, instances, eligible, summary, events), /metrics, /healthz and "
+        "/readyz. See docs/fleet.md.",
+    )
+    fleet.add_argument(
+        "--config", "-c", type=Path, default=None, help="TOML file with the [fleet] tables"
+    )
+    actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
+    actions.add_parser("serve", help="run the fleet service (the default)")
+    actions.add_parser("status", help="print the fleet summary as tables")
+    export = actions.add_parser(
+        "export", help="write the audit log (every event as received) for auditors"
+    )
+    export.add_argument("--since", help="event time from (RFC 3339 or Unix seconds)")
+    export.add_argument("--until", help="event time before (RFC 3339 or Unix seconds)")
+    export.add_argument("--instance", help="only this instance (name or source)")
+    export.add_argument("--type", help="only this event type")
+    export.add_argument(
+        "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
+    )
+    for sub in (actions.choices["serve"], actions.choices["status"], export):
+        sub.add_argument(
+            "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from bridge.simulator import cli as simulator_cli
 
@@ -98,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     commands.add_parser("schema", help="print the JSON Schema of the events (version 1)")
+    _add_fleet_parser(commands)
 
     doctor = commands.add_parser(
         "doctor",
@@ -133,8 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulator_cli.add_arguments(simulate)
 
-    _add_fleet_parser(commands)
-
     spool = commands.add_parser("spool", help="inspect the spool: dead letters, replay, purge")
     spool_commands = spool.add_subparsers(dest="spool_command", metavar="ACTION", required=True)
     for action, text in (
@@ -153,39 +185,6 @@ def build_parser() -> argparse.ArgumentParser:
                 help="only this spool sequence number (repeatable)",
             )
     return parser
-
-
-def _add_fleet_parser(commands: Any) -> None:
-    """`fleet [serve|status|export]` (run by bridge/fleet/cli.py, imported only then)."""
-    fleet = commands.add_parser(
-        "fleet",
-        help="the fleet service: ingest every sidecar's events, serve the fleet state",
-        description="Run the fleet service (default), print its summary or export its audit "
-        "log. The service ingests the events of every sidecar (POST /v1/events, the webhook "
-        "sink's target), keeps one fleet state (SQLite by default) and serves /v1/fleet/... "
-        "(notices, upcoming, instances, eligible, summary, events), /metrics, /healthz and "
-        "/readyz. See docs/fleet.md.",
-    )
-    fleet.add_argument(
-        "--config", "-c", type=Path, default=None, help="TOML file with the [fleet] tables"
-    )
-    actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
-    actions.add_parser("serve", help="run the fleet service (the default)")
-    actions.add_parser("status", help="print the fleet summary as tables")
-    export = actions.add_parser(
-        "export", help="write the audit log (every event as received) for auditors"
-    )
-    export.add_argument("--since", help="event time from (RFC 3339 or Unix seconds)")
-    export.add_argument("--until", help="event time before (RFC 3339 or Unix seconds)")
-    export.add_argument("--instance", help="only this instance (name or source)")
-    export.add_argument("--type", help="only this event type")
-    export.add_argument(
-        "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
-    )
-    for sub in (actions.choices["serve"], actions.choices["status"], export):
-        sub.add_argument(
-            "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
-        )
 
 
 # -- commands -------------------------------------------------------------------------------

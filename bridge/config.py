@@ -178,13 +178,13 @@ class HeartbeatSettings(_Section, frozen=True, kw_only=True):
 class Config(_Section, frozen=True, kw_only=True):
     source: Source = Source()
     state: State = State()
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
     delivery: Delivery = Delivery()
     listener: Listener = Listener()
     sinks: tuple[SinkConfig, ...] = ()
     hooks: tuple[Hook, ...] = ()
     approval: Approval = Approval()
     status: StatusApi = StatusApi()
-    heartbeat: HeartbeatSettings = HeartbeatSettings()
 
     def action_problems(self) -> list[str]:
         """Hook and approval settings that are valid one by one but not together."""
