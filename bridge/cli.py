@@ -403,20 +403,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             sys.stdout.write(schema_text())
             return EXIT_OK
-        if command == "simulate":
-            from bridge.simulator import cli as simulator_cli
-
-            return simulator_cli.run(args)
-        if command == "demo" and args.fleet:
-            from bridge.fleet.demo import run_demo
-
-            return asyncio.run(run_demo(args))
-        if command == "demo":
-            return asyncio.run(_demo(args))
         if command == "fleet":
             from bridge.fleet.cli import main as fleet_main
 
             return fleet_main(args)
+        if command == "demo" and args.fleet:
+            from bridge.fleet.demo import run_demo
+
+            return asyncio.run(run_demo(args))
+        if command == "simulate":
+            from bridge.simulator import cli as simulator_cli
+
+            return simulator_cli.run(args)
+        if command == "demo":
+            return asyncio.run(_demo(args))
         if command == "validate-config":
             config, path = load_config(args.path)
             where = path or "defaults and environment"
