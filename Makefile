@@ -31,5 +31,10 @@ test: lint
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench
 
+# The fleet service: HTTP batch ingest into SQLite and API latency at 10,000 instances.
+.PHONY: bench-fleet
+bench-fleet: $(BIN)/.installed
+	$(BIN)/python -m bench.fleet
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -77,6 +77,8 @@ def bridge_config(
         # The listener runs as in production (it is on by default), on a free port so that
         # several bridges can run side by side.
         "listener": {"port": 0},
+        # Heartbeats off: the receivers time notices, and count every event they get.
+        "heartbeat": {"interval": 0},
         "sinks": sinks,
     }
 

@@ -49,6 +49,39 @@ def _add_config_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_fleet_parser(commands: Any) -> None:
+    """`fleet [serve|status|export]` (run by bridge/fleet/cli.py, imported only then)."""
+    fleet = commands.add_parser(
+        "fleet",
+        help="the fleet service: ingest every sidecar's events, serve the fleet state",
+        description="Run the fleet service (default), print its summary or export its audit "
+        "log. The service ingests the events of every sidecar (POST /v1/events, the webhook "
+        "sink's target), keeps one fleet state (SQLite by default) and serves /v1/fleet/... "
+        "(notices, upcoming, instances, eligible, summary, events), /metrics, /healthz and "
+        "/readyz. See docs/fleet.md.",
+    )
+    fleet.add_argument(
+        "--config", "-c", type=Path, default=None, help="TOML file with the [fleet] tables"
+    )
+    actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
+    actions.add_parser("serve", help="run the fleet service (the default)")
+    actions.add_parser("status", help="print the fleet summary as tables")
+    export = actions.add_parser(
+        "export", help="write the audit log (every event as received) for auditors"
+    )
+    export.add_argument("--since", help="event time from (RFC 3339 or Unix seconds)")
+    export.add_argument("--until", help="event time before (RFC 3339 or Unix seconds)")
+    export.add_argument("--instance", help="only this instance (name or source)")
+    export.add_argument("--type", help="only this event type")
+    export.add_argument(
+        "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
+    )
+    for sub in (actions.choices["serve"], actions.choices["status"], export):
+        sub.add_argument(
+            "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from bridge.coordination import elect_args as elect_cli
     from bridge.simulator import cli as simulator_cli
@@ -93,8 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="play the scenario this many times faster (default: 1)",
     )
     demo.add_argument("--pretty", action="store_true", help="indent the printed JSON")
+    demo.add_argument(
+        "--fleet",
+        action="store_true",
+        help="play several simulated VMs (GCE and Azure) through real bridges into a local "
+        "fleet service over HTTP, and print where to look",
+    )
 
     commands.add_parser("schema", help="print the JSON Schema of the events (version 1)")
+    _add_fleet_parser(commands)
 
     doctor = commands.add_parser(
         "doctor",
@@ -489,6 +529,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             sys.stdout.write(schema_text())
             return EXIT_OK
+        if command == "fleet":
+            from bridge.fleet.cli import main as fleet_main
+
+            return fleet_main(args)
+        if command == "demo" and args.fleet:
+            from bridge.fleet.demo import run_demo
+
+            return asyncio.run(run_demo(args))
         if command == "simulate":
             from bridge.simulator import cli as simulator_cli
 

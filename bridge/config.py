@@ -195,9 +195,17 @@ class StatusApi(_Section, frozen=True, kw_only=True):
     eligible_horizon: NonNegative = 3600.0
 
 
+class HeartbeatSettings(_Section, frozen=True, kw_only=True):
+    """`[heartbeat]`: io.maintenancebridge.agent.heartbeat at start and every `interval`
+    seconds (see bridge/heartbeat.py); 0 sends none."""
+
+    interval: NonNegative = 300.0
+
+
 class Config(_Section, frozen=True, kw_only=True):
     source: Source = Source()
     state: State = State()
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
     delivery: Delivery = Delivery()
     listener: Listener = Listener()
     sinks: tuple[SinkConfig, ...] = ()
@@ -229,6 +237,24 @@ class Config(_Section, frozen=True, kw_only=True):
 
     def sink_names(self) -> list[str]:
         return [sink.display_name(i) for i, sink in enumerate(self.sinks)]
+
+
+def read_toml(path: Path | None) -> dict[str, Any]:
+    """The parsed file (empty without one); `ConfigError` naming the file when it cannot be
+    read, is not UTF-8 or is not TOML (the fleet service's configuration reads through it)."""
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(["file not found"], str(path)) from None
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text (byte {exc.start}); save the file as UTF-8"
+        raise ConfigError([problem], str(path)) from None
+    except OSError as exc:
+        raise ConfigError([f"cannot read: {exc.strerror}"], str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"not valid TOML: {exc}"], str(path)) from None
 
 
 def _env_value(text: str) -> Any:

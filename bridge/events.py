@@ -20,16 +20,16 @@ from typing import Any, Final
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
+# The contract's constants, re-exported: the one definition lives in bridge/contract.py.
+from bridge.contract import CONTENT_TYPE as CONTENT_TYPE
+from bridge.contract import MAINTENANCE_TYPES
+from bridge.contract import SCHEMA_URI as SCHEMA_URI
+from bridge.contract import SCHEMA_VERSION as SCHEMA_VERSION
+from bridge.contract import TYPE_PREFIX as TYPE_PREFIX
 from bridge.model import Notice, Window
 
-SCHEMA_VERSION: Final = 1
-SCHEMA_URI: Final = "https://maintenancebridge.io/schemas/maintenance-event/v1.json"
 SCHEMA_FILE: Final = "maintenance-event.v1.json"
-TYPE_PREFIX: Final = "io.maintenancebridge.maintenance."
-EVENT_TYPES: Final = tuple(
-    TYPE_PREFIX + status for status in ("scheduled", "started", "completed", "cancelled")
-)
-CONTENT_TYPE: Final = "application/json"
+EVENT_TYPES: Final = MAINTENANCE_TYPES
 
 # Fixed forever: changing it would change every event id ever emitted.
 _ID_NAMESPACE: Final = uuid.UUID("6f1c3a52-90b1-4c57-9d1e-6a0c1b7e2d45")

@@ -24,7 +24,8 @@ from bridge.backoff import for_humans
 from bridge.config import Config
 from bridge.dispatch import Dispatcher
 from bridge.events import TYPE_PREFIX, parse, serialize, to_cloudevent
-from bridge.model import Notice, Status
+from bridge.heartbeat import Heartbeats
+from bridge.model import Instance, Notice, Status
 from bridge.spool import NewEvent, Spool, SpoolError
 from bridge.watchers.base import Update, Watcher
 from sinks import registry
@@ -114,6 +115,8 @@ class Bridge:
     dispatcher: Dispatcher = field(init=False)
     actions: Actions = field(init=False)
     watchers: dict[str, Watcher] = field(init=False, default_factory=dict)
+    #: The VM's identity per watcher, once it has identified it (what heartbeats carry).
+    instances: dict[str, Instance] = field(init=False, default_factory=dict)
     #: The notices in force, by (watcher, notice id): what `/v1/notices` serves.
     current: dict[tuple[str, str], CloudEvent] = field(init=False, default_factory=dict)
     #: Notices seen since start, by (provider, kind, status): the metrics' counter.
@@ -193,6 +196,7 @@ class Bridge:
             self.watchers[name] = watcher
             try:
                 instance = await watcher.identify()
+                self.instances[name] = instance
                 log.info("watching %s instance %s (%s)", name, instance.name, instance.source)
                 async for update in watcher.watch():
                     events, plan = await self._commit(name, update)
@@ -265,12 +269,14 @@ class Bridge:
                 for name in self.factories
             }
             tasks = list(self._tasks.values())
+            beats = Heartbeats(self, self.config.heartbeat.interval)
+            beating = asyncio.create_task(beats.run(), name="heartbeat")
             stopper = asyncio.create_task(stop.wait())
             _done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
-            for task in tasks:
+            for task in [*tasks, beating]:
                 task.cancel()
             stopper.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, beating, return_exceptions=True)
             await self.actions.stop(self.config.delivery.shutdown_timeout)
             log.info(
                 "stopping: delivering in-flight events (deadline %.0fs)",

@@ -22,18 +22,18 @@ GCE_VM = Instance(
 )
 
 
-def instance(name: str) -> Instance:
-    """Another GCE VM, for per-instance ordering tests."""
-    resource = f"projects/sim-project/zones/us-central1-a/instances/{name}"
+def instance(name: str, zone: str = "us-central1-a", project: str = "sim-project") -> Instance:
+    """Another GCE VM, for per-instance ordering tests (and fleets of them)."""
+    resource = f"projects/{project}/zones/{zone}/instances/{name}"
     return Instance(
         provider=Provider.GCE,
         id=str(abs(hash(name)) % 10**18),
         name=name,
         source=f"//compute.googleapis.com/{resource}",
         resource_id=resource,
-        zone="us-central1-a",
-        location="us-central1",
-        project="sim-project",
+        zone=zone,
+        location=zone.rsplit("-", 1)[0],
+        project=project,
     )
 
 

@@ -181,6 +181,8 @@ def bridge_config(
             "source": {"gce": gce, "azure": azure, "aws": aws, **source},
             "state": {"dir": str(state_dir)},
             "delivery": {"retry_initial": 0.01, "retry_max": 0.05, "shutdown_timeout": 2.0},
+            # Tests count the events they cause; heartbeats only where a test asks for them.
+            "heartbeat": {"interval": 0},
             **(settings or {}),
         }
     )

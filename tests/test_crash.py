@@ -64,8 +64,11 @@ async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
 
 
 class Process:
-    def __init__(self, config: Path) -> None:
+    """`maintenance-bridge <command> --config <config>` (`run` by default) as a child."""
+
+    def __init__(self, config: Path, command: str = "run") -> None:
         self.config = config
+        self.command = command
         self.proc: asyncio.subprocess.Process | None = None
         self.kills = 0
 
@@ -76,7 +79,7 @@ class Process:
             "bridge",
             "--log-format",
             "json",
-            "run",
+            self.command,
             "--config",
             str(self.config),
             cwd=ROOT,
@@ -145,6 +148,8 @@ port = 0
 [delivery]
 retry_initial = 0.05
 retry_max = 0.2
+[heartbeat]
+interval = 0
 [[sinks]]
 type = "webhook"
 url = "{url}"

@@ -1,0 +1,318 @@
+"""The typed event contract of schema version 1: what a consumer needs to read our events.
+
+Both sides import this module: the sidecar writes events whose `data` these Structs describe,
+and a consumer (the fleet service, or anyone's own program) turns the bytes it received back
+into typed values with `from_cloudevent`. It depends on msgspec and the standard library only
+(no HTTP client, no retry library, not even the CloudEvents SDK), so reading an event costs a
+consumer one small import.
+
+Decoding *is* validation: the Structs carry the schema's constraints (enums as `Literal`s,
+non-empty strings, timezone-aware timestamps, non-negative durations), every required
+property is a field without a default, and the envelope's constants are checked. An event
+that decodes is valid against `schemas/maintenance-event.v1.json`; one that does not raises
+`ContractError` naming the reason. `tests/test_contract.py` compares every `$def` of the
+schema with its Struct, property by property, so the two cannot drift apart.
+
+Unknown fields are ignored, as schema v1 asks of consumers: version 1 only grows by addition.
+
+`bridge.events.to_cloudevent` stays the writer of maintenance events (its bytes are pinned:
+event ids are forever); `encode` here writes the same structured JSON for any typed event,
+which is how the heartbeat is built and how a consumer re-emits what it read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Final, Literal
+from urllib.parse import unquote
+
+import msgspec
+
+SCHEMA_VERSION: Final = 1
+SCHEMA_URI: Final = "https://maintenancebridge.io/schemas/maintenance-event/v1.json"
+CONTENT_TYPE: Final = "application/json"
+SPEC_VERSION: Final = "1.0"
+
+TYPE_PREFIX: Final = "io.maintenancebridge.maintenance."
+SCHEDULED: Final = TYPE_PREFIX + "scheduled"
+STARTED: Final = TYPE_PREFIX + "started"
+COMPLETED: Final = TYPE_PREFIX + "completed"
+CANCELLED: Final = TYPE_PREFIX + "cancelled"
+MAINTENANCE_TYPES: Final = (SCHEDULED, STARTED, COMPLETED, CANCELLED)
+APPROVED: Final = TYPE_PREFIX + "approved"
+HOOK_COMPLETED: Final = "io.maintenancebridge.hook.completed"
+TEST: Final = "io.maintenancebridge.test"
+HEARTBEAT: Final = "io.maintenancebridge.agent.heartbeat"
+
+ProviderName = Literal["gce", "azure"]
+KindName = Literal[
+    "live-migrate", "terminate", "freeze", "reboot", "redeploy", "preempt", "delete", "unknown"
+]
+StatusName = Literal["scheduled", "started", "completed", "cancelled"]
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
+
+
+class ContractError(ValueError):
+    """The bytes are not an event of schema v1; the message says why (safe to show)."""
+
+
+class _Data(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of the `data` shapes: immutable, keyword-only, unknown fields ignored."""
+
+
+class InstanceData(_Data, frozen=True, kw_only=True):
+    """`$defs/instance`: the VM's identity as its metadata service reports it."""
+
+    id: str
+    name: str
+    zone: str | None
+    location: str | None
+    project: str | None
+    subscription: str | None
+    resource_group: str | None
+    scale_set: str | None
+    resource_id: str
+
+
+class WindowData(_Data, frozen=True, kw_only=True):
+    """`$defs/maintenance/properties/window` when not null (GCE upcoming-maintenance)."""
+
+    start: Timestamp | None
+    end: Timestamp | None
+    latest_start: Timestamp | None
+
+
+class MaintenanceData(_Data, frozen=True, kw_only=True):
+    """`$defs/maintenance`: the data of the four maintenance types (one notice, one state)."""
+
+    provider: ProviderName
+    instance: InstanceData
+    kind: KindName
+    status: StatusName
+    notice_id: NonEmpty
+    not_before: Timestamp | None
+    not_before_estimated: bool
+    window: WindowData | None
+    duration_seconds: Annotated[int, msgspec.Meta(ge=0)] | None
+    affected: list[str]
+    origin: Literal["platform", "user"] | None
+    description: str | None
+    can_reschedule: bool | None
+    raw: Any
+
+
+class TriggerData(_Data, frozen=True, kw_only=True):
+    """`$defs/trigger`: the maintenance event an action answered (in every audit event)."""
+
+    provider: ProviderName
+    instance: InstanceData
+    notice_id: NonEmpty
+    event_id: NonEmpty
+    event_type: str
+
+
+class ApprovedData(TriggerData, frozen=True, kw_only=True):
+    """`$defs/approved`: this VM sent the provider's approval (Azure StartRequests)."""
+
+    approved_by: str
+    rule: str
+    leader: Literal["sorted-first", "self"]
+
+
+class HookCompletedData(TriggerData, frozen=True, kw_only=True):
+    """`$defs/hook_completed`: one run of one hook for one transition."""
+
+    hook: NonEmpty
+    outcome: Literal["succeeded", "failed", "timed-out", "skipped", "interrupted"]
+    exit_code: int | None
+    timed_out: bool
+    duration_seconds: Annotated[float, msgspec.Meta(ge=0)]
+    output_tail: str
+    error: str | None
+
+
+class TestData(_Data, frozen=True, kw_only=True, omit_defaults=True):
+    """`$defs/test`: a test event sent on request; consumers may drop it."""
+
+    __test__ = False  # pytest must not collect it
+
+    provider: ProviderName | None = None  # optional in the schema: omitted when unknown
+    instance: InstanceData
+    message: str
+    sent_at: Timestamp
+
+
+class HeartbeatData(_Data, frozen=True, kw_only=True):
+    """`$defs/heartbeat`: the sidecar is alive and watching (sent at start, then every
+    `interval_seconds`); a fleet that stops hearing them knows the VM is not covered."""
+
+    provider: ProviderName
+    instance: InstanceData
+    agent_version: NonEmpty
+    interval_seconds: Annotated[float, msgspec.Meta(gt=0)]
+    started_at: Timestamp
+    watcher_healthy: bool
+    spool_depth: Annotated[int, msgspec.Meta(ge=0)]
+
+
+EventData = MaintenanceData | ApprovedData | HookCompletedData | TestData | HeartbeatData
+
+#: The `data` shape of every known type: the one table a reader needs.
+DATA_TYPES: Final[Mapping[str, type[EventData]]] = {
+    **dict.fromkeys(MAINTENANCE_TYPES, MaintenanceData),
+    APPROVED: ApprovedData,
+    HOOK_COMPLETED: HookCompletedData,
+    TEST: TestData,
+    HEARTBEAT: HeartbeatData,
+}
+#: The `$defs` entry of each data Struct (what the drift test compares).
+SCHEMA_DEFS: Final[Mapping[type[_Data], str]] = {
+    InstanceData: "instance",
+    MaintenanceData: "maintenance",
+    TriggerData: "trigger",
+    ApprovedData: "approved",
+    HookCompletedData: "hook_completed",
+    TestData: "test",
+    HeartbeatData: "heartbeat",
+}
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """One event of schema v1: the CloudEvents attributes and its typed `data`."""
+
+    id: NonEmpty
+    source: NonEmpty
+    type: str
+    subject: NonEmpty
+    time: Timestamp
+    data: EventData
+    specversion: Literal["1.0"] = SPEC_VERSION
+    datacontenttype: Literal["application/json"] = CONTENT_TYPE
+    dataschema: Literal["https://maintenancebridge.io/schemas/maintenance-event/v1.json"] = (
+        SCHEMA_URI
+    )
+
+    @property
+    def is_maintenance(self) -> bool:
+        return self.type in MAINTENANCE_TYPES
+
+    @property
+    def instance(self) -> InstanceData:
+        return self.data.instance
+
+    @property
+    def provider(self) -> ProviderName | None:
+        return self.data.provider
+
+
+class _Envelope(msgspec.Struct, frozen=True, kw_only=True):
+    """The attributes, checked; `data` kept raw until the type says what it must be."""
+
+    specversion: Literal["1.0"]
+    id: NonEmpty
+    source: NonEmpty
+    type: str
+    time: Timestamp
+    subject: NonEmpty
+    datacontenttype: Literal["application/json"]
+    dataschema: Literal["https://maintenancebridge.io/schemas/maintenance-event/v1.json"]
+    data: msgspec.Raw
+
+
+_ENVELOPE: Final = msgspec.json.Decoder(_Envelope)
+_DECODERS: Final = {t: msgspec.json.Decoder(model) for t, model in DATA_TYPES.items()}
+_BATCH: Final = msgspec.json.Decoder(list[msgspec.Raw])
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def _reason(exc: msgspec.ValidationError | msgspec.DecodeError) -> str:
+    return str(exc).replace("`$.", "`")
+
+
+def from_cloudevent(value: bytes | str | Mapping[str, Any]) -> Event:
+    """A structured-mode JSON CloudEvent (bytes, text or an already parsed dict) as a typed
+    `Event`; raises `ContractError` when it is not valid against schema v1."""
+    body = value if isinstance(value, bytes | str) else _ENCODER.encode(value)
+    try:
+        envelope = _ENVELOPE.decode(body)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ContractError(f"not a CloudEvent of schema v1: {_reason(exc)}") from None
+    decoder = _DECODERS.get(envelope.type)
+    if decoder is None:
+        raise ContractError(f"unknown event type {envelope.type!r}")
+    try:
+        data = decoder.decode(envelope.data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ContractError(f"{envelope.type}: data: {_reason(exc)}") from None
+    if (
+        isinstance(data, MaintenanceData)
+        and envelope.type in MAINTENANCE_TYPES
+        and envelope.type != TYPE_PREFIX + data.status
+    ):
+        raise ContractError(f"{envelope.type}: data.status is {data.status!r}")
+    return Event(
+        id=envelope.id,
+        source=envelope.source,
+        type=envelope.type,
+        subject=envelope.subject,
+        time=envelope.time,
+        data=data,
+    )
+
+
+def split_batch(body: bytes | str) -> list[bytes]:
+    """The events of a CloudEvents JSON batch (`application/cloudevents-batch+json`), each
+    as the exact bytes it had in the batch (so an audit log can keep them as received)."""
+    try:
+        return [bytes(item) for item in _BATCH.decode(body)]
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ContractError(f"not a JSON array of CloudEvents: {_reason(exc)}") from None
+
+
+def binary_to_structured(headers: Mapping[str, str], body: bytes) -> bytes:
+    """A binary-mode HTTP message (`ce-*` headers, data as the body) as structured JSON.
+
+    Header names are matched case-insensitively; values are percent-decoded as the
+    CloudEvents HTTP binding says. The result still goes through `from_cloudevent`.
+    """
+    attributes: dict[str, Any] = {}
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered.startswith("ce-") and len(lowered) > 3:
+            attributes[lowered[3:]] = unquote(value)
+    content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+    attributes["datacontenttype"] = content_type.split(";")[0].strip() or CONTENT_TYPE
+    try:
+        attributes["data"] = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ContractError(f"the body is not JSON: {_reason(exc)}") from None
+    return _ENCODER.encode(attributes)
+
+
+def encode(event: Event) -> bytes:
+    """Structured-mode JSON of `event` (the attributes, then `data`)."""
+    return _ENCODER.encode(to_dict(event))
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    """The event as the JSON object consumers see, attributes in the order the sidecar
+    writes them."""
+    return {
+        "specversion": event.specversion,
+        "id": event.id,
+        "source": event.source,
+        "type": event.type,
+        "datacontenttype": event.datacontenttype,
+        "dataschema": event.dataschema,
+        "subject": event.subject,
+        "time": rfc3339(event.time),
+        "data": msgspec.to_builtins(event.data),
+    }
+
+
+def rfc3339(value: datetime) -> str:
+    """UTC RFC 3339 with a `Z`, as every timestamp of the contract."""
+    text: str = msgspec.to_builtins(value.astimezone(UTC))
+    return text

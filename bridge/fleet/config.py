@@ -1,0 +1,181 @@
+"""The fleet service's configuration: the `[fleet]` tables of a TOML file.
+
+```toml
+[fleet.listener]          # the API, POST /v1/events, /metrics, /healthz, /readyz
+host = "127.0.0.1"
+port = 8470
+[fleet.store]
+url = "sqlite:///var/lib/maintenance-bridge/fleet.sqlite3"
+[[fleet.sources]]
+type = "http"
+secrets = ["env:FLEET_WEBHOOK_SECRET"]
+```
+
+Validated like the sidecar's configuration (`bridge.validation`: every mistake named by its
+key path, secrets as literal, `env:VAR` or `file:PATH`), and overridable from the
+environment the same way (`MAINTENANCE_BRIDGE__FLEET__LISTENER__PORT=9000`). Other top-level
+tables are ignored, so one file may configure a sidecar and a fleet service.
+
+Sources are an array of tables told apart by `type`; `SOURCE_TYPES` maps each type to its
+config Struct (a new source adds its entry there and its class in `bridge.fleet.sources`;
+its SDK is imported only when the service builds it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+from bridge.config import apply_env_overrides, read_toml
+from bridge.secrets import Secret
+from bridge.validation import ConfigError, FieldError, render_path, validate_into
+from sinks import _webhook_signing as signing
+
+ENV_PREFIX: Final = "MAINTENANCE_BRIDGE__FLEET__"
+DEFAULT_PORT: Final = 8470
+DEFAULT_STORE_URL: Final = "sqlite:///var/lib/maintenance-bridge/fleet.sqlite3"
+#: Bytes of one POST /v1/events body, at most (the webhook sink's batch of 100 is ~250 KiB).
+DEFAULT_MAX_BODY: Final = 4 * 1024 * 1024
+
+
+class _Table(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """A table of the file: unknown keys are errors and the values never change."""
+
+
+class FleetListener(_Table, frozen=True, kw_only=True):
+    host: str = "127.0.0.1"  # loopback unless other machines must reach it
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = DEFAULT_PORT  # 0 picks a free port
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+class FleetStore(_Table, frozen=True, kw_only=True):
+    url: str = DEFAULT_STORE_URL
+
+    def __post_init__(self) -> None:
+        scheme = urlsplit(self.url).scheme
+        if scheme not in ("sqlite", "postgresql", "postgres"):
+            raise FieldError("url", "must be sqlite:///PATH or postgresql://...")
+        if scheme == "sqlite" and not self.sqlite_path().name:
+            raise FieldError("url", "sqlite:///PATH needs a file path")
+
+    def sqlite_path(self) -> Path:
+        """The file of `sqlite://` + path: `sqlite:///var/lib/x.sqlite3` is /var/lib/x.sqlite3,
+        `sqlite://fleet.sqlite3` is relative to the working directory."""
+        return Path(self.url.removeprefix("sqlite://"))
+
+
+class HttpSourceConfig(_Table, frozen=True, kw_only=True):
+    """`type = "http"`: POST /v1/events on the fleet listener (see bridge/fleet/sources/http.py).
+
+    Standard Webhooks secrets (`secrets`, several during a rotation; `secret` for one) or a
+    bearer `token`, or neither: then only a loopback listener may take unsigned posts.
+    """
+
+    type: Literal["http"] = "http"
+    name: str = "http"
+    secret: Secret | None = None
+    secrets: tuple[Secret, ...] = ()
+    token: Secret | None = None
+    max_body: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_BODY
+    #: Seconds a webhook-timestamp may differ from now (Standard Webhooks: 5 minutes).
+    tolerance: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+
+    def __post_init__(self) -> None:
+        for index, secret in enumerate(self.all_secrets()):
+            try:
+                signing.standard_key(secret.get_secret_value())
+            except ValueError as exc:
+                raise FieldError("secrets", f"[{index}] {exc}") from None
+
+    def all_secrets(self) -> tuple[Secret, ...]:
+        return ((self.secret,) if self.secret is not None else ()) + self.secrets
+
+    @property
+    def authenticated(self) -> bool:
+        return bool(self.all_secrets()) or self.token is not None
+
+
+#: Source type -> its configuration Struct.
+SOURCE_TYPES: Final[dict[str, type[msgspec.Struct]]] = {"http": HttpSourceConfig}
+
+
+class FleetApi(_Table, frozen=True, kw_only=True):
+    #: Seconds; maintenance sooner than this makes an instance not eligible (as the sidecar).
+    eligible_horizon: Annotated[float, msgspec.Meta(ge=0)] = 3600.0
+    #: Events per page of /v1/fleet/events, at most.
+    page_size: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
+
+
+class FleetConfig(_Table, frozen=True, kw_only=True):
+    listener: FleetListener = FleetListener()
+    store: FleetStore = FleetStore()
+    api: FleetApi = FleetApi()
+    sources: tuple[Any, ...] = ()
+
+    def source_names(self) -> list[str]:
+        return [str(source.name) for source in self.sources]
+
+
+def parse_fleet_config(raw: Mapping[str, Any], origin: str = "configuration") -> FleetConfig:
+    """Validate the `[fleet]` table of a parsed document; `ConfigError` lists every problem."""
+    table = raw.get("fleet", {})
+    problems: list[str] = []
+    if not isinstance(table, Mapping):
+        raise ConfigError(["fleet: must be a table"], origin)
+    data = dict(table)
+    sources_raw = data.pop("sources", [{"type": "http"}])
+    config = validate_into(problems, FleetConfig, data, ("fleet",))
+    sources: list[Any] = []
+    if not isinstance(sources_raw, list):
+        problems.append("fleet.sources: must be an array of tables ([[fleet.sources]])")
+        sources_raw = []
+    for index, entry in enumerate(sources_raw):
+        at = ("fleet", "sources", index)
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        model = SOURCE_TYPES.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            known = ", ".join(sorted(SOURCE_TYPES))
+            problems.append(f"{render_path(at)}.type: required, one of {known}")
+            continue
+        source = validate_into(problems, model, entry, at)
+        if source is not None:
+            sources.append(source)
+    names = [str(getattr(s, "name", "")) for s in sources]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"fleet.sources: the name {name!r} is used twice; give each a name")
+    if config is not None:
+        for index, source in enumerate(sources):
+            if (
+                isinstance(source, HttpSourceConfig)
+                and not source.authenticated
+                and not config.listener.loopback
+            ):
+                problems.append(
+                    f"fleet.sources[{index}]: an http source without secrets or token only "
+                    f"takes unsigned events on a loopback listener, not on {config.listener.host}"
+                )
+    if problems or config is None:
+        raise ConfigError(problems, origin)
+    return msgspec.structs.replace(config, sources=tuple(sources))
+
+
+def load_fleet_config(path: Path | None, environ: Mapping[str, str] = os.environ) -> FleetConfig:
+    """Read `path` (or nothing: the defaults), apply environment overrides, validate."""
+    raw = read_toml(path)
+    origin = str(path) if path is not None else "configuration"
+    fleet_env = {k: v for k, v in environ.items() if k.startswith(ENV_PREFIX)}
+    return parse_fleet_config(apply_env_overrides(raw, fleet_env), origin)

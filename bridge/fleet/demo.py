@@ -1,0 +1,150 @@
+"""`maintenance-bridge demo --fleet`: a small fleet on one machine, no cloud account.
+
+Plays simulated VMs through real bridges into a real fleet service over HTTP:
+
+- `web-1` (GCE, us-central1-a) on the `demo` scenario: upcoming maintenance, a live
+  migration;
+- `web-2` (GCE, europe-west1-b) on `gce-spot-preemption`;
+- `db-1`, `db-2`, `db-3` (Azure, one availability set in `demo-rg`) sharing Scheduled
+  Events as VMs of one group do: the `demo` scenario's Freeze and user Reboot of `db-1`,
+  and a Redeploy of `db-2` and `db-3` an hour away.
+
+Each VM has its own bridge (watcher, SQLite spool, dispatcher) whose webhook sink posts
+signed batches to the fleet service's `POST /v1/events`, with heartbeats every 10 s. The
+demo prints the URLs to look at while it plays, and the fleet summary at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import logging
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from bridge.config import parse_config
+from bridge.fleet.cli import _status
+from bridge.fleet.config import parse_fleet_config
+from bridge.fleet.service import FleetService
+
+log = logging.getLogger("bridge.fleet.demo")
+
+AZURE_GROUP = ("db-1", "db-2", "db-3")
+HEARTBEAT_INTERVAL = 10.0
+
+
+def _bridge(
+    provider: Literal["gce", "azure"],
+    source: dict[str, Any],
+    state: Path,
+    fleet_url: str,
+    secret: str,
+) -> Any:
+    from bridge.runner import Bridge, build_sinks, watcher_factory
+    from bridge.spool import Spool
+
+    config = parse_config(
+        {
+            "source": {"provider": provider, provider: source},
+            "state": {"dir": str(state)},
+            "delivery": {"shutdown_timeout": 2.0, "retry_initial": 0.2, "retry_max": 2.0},
+            "listener": {"enabled": False},
+            "heartbeat": {"interval": HEARTBEAT_INTERVAL},
+            "sinks": [
+                {
+                    "type": "webhook",
+                    "name": "fleet",
+                    "url": f"{fleet_url}/v1/events",
+                    "mode": "batch",
+                    "signing": "standard",
+                    "secrets": [secret],
+                }
+            ],
+        }
+    )
+    sinks = build_sinks(config)
+    spool = Spool(state, [sink.name for sink in sinks])
+    return Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
+
+
+async def run_demo(args: argparse.Namespace) -> int:
+    from bridge.cli import _install_signal_handlers
+    from bridge.simulator import Simulator
+    from bridge.simulator.group import AzureGroup
+
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    stop = asyncio.Event()
+    _install_signal_handlers(stop)
+    with tempfile.TemporaryDirectory(prefix="maintenance-bridge-fleet-demo-") as tmp:
+        root = Path(tmp)
+        fleet_config = parse_fleet_config(
+            {
+                "fleet": {
+                    "listener": {"port": 0},
+                    "store": {"url": f"sqlite://{root / 'fleet.sqlite3'}"},
+                    "sources": [{"type": "http", "secrets": [secret]}],
+                }
+            }
+        )
+        service = FleetService(fleet_config)
+        identity = {
+            "gce": {"instance_name": "web-1"},
+            "azure": {"name": "db-1", "resource_group_name": "demo-rg"},
+        }
+        spot_identity = {"gce": {"instance_name": "web-2", "zone": "europe-west1-b"}}
+        async with (
+            service.running(),
+            Simulator("both", "demo", speed=args.speed, identity=identity) as main_sim,
+            Simulator(
+                "gce", "gce-spot-preemption", speed=args.speed, identity=spot_identity
+            ) as spot_sim,
+            AzureGroup(main_sim, AZURE_GROUP) as group,
+        ):
+
+            def bridge(provider: Literal["gce", "azure"], source: dict[str, Any], name: str) -> Any:
+                return _bridge(provider, source, root / name, service.url, secret)
+
+            bridges = [
+                bridge("gce", {"metadata_url": main_sim.gce_url}, "web-1"),
+                bridge("gce", {"metadata_url": spot_sim.gce_url}, "web-2"),
+                *(
+                    bridge("azure", {"imds_url": group.imds_url(n), "poll_interval": 1.0}, n)
+                    for n in AZURE_GROUP
+                ),
+            ]
+            # A redeploy of two VMs of the group, an hour away: see /v1/fleet/upcoming.
+            main_sim.azure.add_event(
+                event_type="Redeploy", resources=list(AZURE_GROUP[1:]), not_before_in=3600
+            )
+            url = service.url
+            print(
+                f"fleet service at {url}: 5 VMs (2 GCE, 3 Azure in one group) report to it\n"
+                f"  curl {url}/v1/fleet/summary\n"
+                f"  curl {url}/v1/fleet/notices\n"
+                f"  curl {url}/v1/fleet/upcoming?within=24h\n"
+                f"  curl '{url}/v1/fleet/eligible?instance=web-1&instance=db-1&instance=web-2'\n"
+                f"  curl {url}/v1/fleet/instances\n"
+                f"  curl {url}/v1/fleet/events\n"
+                f"  curl {url}/metrics\n"
+                "(Ctrl-C to stop)",
+                file=sys.stderr,
+                flush=True,
+            )
+            stops = [asyncio.Event() for _ in bridges]
+            tasks = [asyncio.create_task(b.run(s)) for b, s in zip(bridges, stops, strict=True)]
+            while not stop.is_set() and (main_sim.pending_steps or spot_sim.pending_steps):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.5)
+            if not stop.is_set():
+                await asyncio.sleep(3.0)  # let the last notices be delivered
+            for event in stops:
+                event.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            print("\nscenario over; the fleet saw:", file=sys.stderr)
+            await _status(service.store, sys.stdout)
+    return 0

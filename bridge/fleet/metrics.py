@@ -1,0 +1,91 @@
+"""The fleet service's Prometheus metrics, rendered at scrape time with `bridge.prometheus`.
+
+Ingest figures are counted where they happen (`IngestStats`, fed by every source through
+`bridge.fleet.sources.base.Ingestor`); the fleet figures (notices in force, instances by
+state) are read from the store at scrape time, so they are right on every replica sharing
+one PostgreSQL, not only on the one that ingested.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from bridge.fleet.state import instance_state
+from bridge.fleet.store import IngestResult, Store
+from bridge.prometheus import Exposition, Histogram
+
+#: Ingest lag (receive time - event time), seconds: a live stream is sub-second, a backlog
+#: replayed after an outage is hours.
+LAG_BUCKETS: Final = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0)
+OUTCOMES: Final = ("accepted", "duplicate", "invalid")
+
+
+@dataclass
+class IngestStats:
+    """Ingest counters by (source, outcome) and the lag histogram by source."""
+
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    lag: dict[str, Histogram] = field(default_factory=dict)
+
+    def record(self, source: str, result: IngestResult) -> None:
+        self.counts[(source, "accepted")] += result.accepted
+        self.counts[(source, "duplicate")] += result.duplicate
+        self.counts[(source, "invalid")] += result.invalid
+        histogram = self.lag.setdefault(source, Histogram(LAG_BUCKETS))
+        for lag in result.lags:
+            histogram.observe(max(0.0, lag))
+
+    def refused(self, source: str, count: int = 1) -> None:
+        """Input refused before it reached the store (unreadable request)."""
+        self.counts[(source, "invalid")] += count
+
+
+async def render(store: Store, stats: IngestStats, sources: Iterable[str]) -> str:
+    out = Exposition()
+    out.add(
+        "fleet_notices_in_force",
+        "gauge",
+        "Maintenance notices in force (scheduled or started) across the fleet.",
+        (
+            ({"provider": p, "zone": z or "", "kind": k, "status": s}, n)
+            for p, z, k, s, n in await store.notice_counts()
+        ),
+    )
+    now = time.time()
+    states: Counter[str] = Counter({"reporting": 0, "silent": 0})
+    for instance in await store.instances():
+        states[instance_state(instance, now)[0]] += 1
+    out.add(
+        "fleet_instances",
+        "gauge",
+        "Instances known to the fleet, by heartbeat state (silent: 3 intervals missed).",
+        (({"state": state}, n) for state, n in sorted(states.items())),
+    )
+    names = sorted(set(sources) | {source for source, _ in stats.counts})
+    out.add(
+        "fleet_ingest_events_total",
+        "counter",
+        "Events received, by ingest source and outcome.",
+        (
+            ({"source": source, "outcome": outcome}, stats.counts[(source, outcome)])
+            for source in names
+            for outcome in OUTCOMES
+        ),
+    )
+    out.add_histogram(
+        "fleet_ingest_lag_seconds",
+        "Receive time minus event time of newly accepted events.",
+        (({"source": s}, stats.lag.setdefault(s, Histogram(LAG_BUCKETS))) for s in names),
+    )
+    counts: dict[str, Any] = await store.counts()
+    out.add(
+        "fleet_store_rows",
+        "gauge",
+        "Rows in the fleet store, by table.",
+        (({"table": table}, n) for table, n in sorted(counts.items())),
+    )
+    return out.text()

@@ -1,0 +1,114 @@
+"""The fleet service: the store, the sources and the API on one listener, until stopped.
+
+Start order: open the store (its tables are created if needed), start every source, then
+listen; a listener that cannot bind or a store that cannot open stops the start with a
+message. Stop order is the reverse, so no source commits into a closed store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aiohttp import web
+
+from bridge.fleet.api import FleetApiRoutes
+from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
+from bridge.fleet.metrics import IngestStats
+from bridge.fleet.sources.base import Ingestor, Source
+from bridge.fleet.sources.http import HttpSource
+from bridge.fleet.sqlite_store import SqliteStore
+from bridge.fleet.store import Store, StoreError
+
+log = logging.getLogger("bridge.fleet")
+
+
+class FleetListenerError(Exception):
+    """The fleet listener could not bind its address."""
+
+
+def build_store(url: str) -> Store:
+    """The store of `[fleet.store] url`: SQLite built in; PostgreSQL when its module is there."""
+    if url.startswith("sqlite://"):
+        return SqliteStore(FleetStore(url=url).sqlite_path())
+    try:
+        module = importlib.import_module("bridge.fleet.postgres_store")
+    except ImportError as exc:
+        raise StoreError(f"the PostgreSQL store is not available here: {exc}") from None
+    store: Store = module.PostgresStore(url)
+    return store
+
+
+def build_source(config: Any) -> Source:
+    """The source of one `[[fleet.sources]]` entry (bus sources add their type here)."""
+    if isinstance(config, HttpSourceConfig):
+        return HttpSource(config)
+    raise ValueError(f"unknown source type {config.type!r}")
+
+
+class FleetService:
+    """Everything `maintenance-bridge fleet` runs (see the module docstring)."""
+
+    def __init__(self, config: FleetConfig, store: Store | None = None) -> None:
+        self.config = config
+        self.store = store or build_store(config.store.url)
+        self.stats = IngestStats()
+        self.ingestor = Ingestor(self.store, self.stats)
+        self.sources = [build_source(source) for source in config.sources]
+        self.api = FleetApiRoutes(self.store, config.api, self.stats, self.sources)
+        self.url = ""
+
+    def application(self) -> web.Application:
+        limits = [s.max_body for s in self.config.sources if isinstance(s, HttpSourceConfig)]
+        app = web.Application(
+            client_max_size=max(limits, default=1024 * 1024), middlewares=[self.api.errors]
+        )
+        for source in self.sources:
+            if isinstance(source, HttpSource):
+                source.add_routes(app)
+        self.api.add_routes(app)
+        return app
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[FleetService]:
+        """Serve while the block runs; `url` is the listener's base URL."""
+        await self.store.open()
+        started: list[Source] = []
+        runner = web.AppRunner(self.application(), access_log=None)
+        try:
+            for source in self.sources:
+                await source.start(self.ingestor)
+                started.append(source)
+            await runner.setup()
+            listener = self.config.listener
+            site = web.TCPSite(runner, listener.host, listener.port)
+            try:
+                await site.start()
+            except OSError as exc:
+                raise FleetListenerError(
+                    f"cannot listen on {listener.host}:{listener.port}: {exc.strerror or exc} "
+                    "(set [fleet.listener] port)"
+                ) from exc
+            server: Any = site._server
+            host, port = server.sockets[0].getsockname()[:2]
+            self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            log.info(
+                "fleet service listening on %s (sources: %s; store: %r)",
+                self.url,
+                ", ".join(s.name for s in self.sources) or "none",
+                self.store,
+            )
+            yield self
+        finally:
+            await runner.cleanup()
+            for source in reversed(started):
+                await source.stop()
+            await self.store.close()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with self.running():
+            await stop.wait()

@@ -1,0 +1,149 @@
+"""The fleet store's tables and statements, in the SQL that SQLite and PostgreSQL both speak.
+
+Placeholders are `?` (sqlite3's qmark style); a PostgreSQL driver gets them rewritten to `%s`
+by `to_pyformat`. Times are REAL/DOUBLE PRECISION Unix seconds, so comparisons and
+`CASE WHEN a > b` work the same in both (there is no two-argument `MAX` in PostgreSQL).
+Only the DDL differs: the sequence column of `events` and `rejected` (`INTEGER PRIMARY KEY`
+here, `BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY` there) and BLOB vs BYTEA is avoided
+by keeping bodies as TEXT (events are UTF-8 JSON).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Serial key column, per dialect.
+SQLITE_SERIAL: Final = "INTEGER PRIMARY KEY"
+POSTGRES_SERIAL: Final = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+
+
+def schema(serial: str) -> list[str]:
+    """CREATE statements (idempotent) with the dialect's serial key column."""
+    return [
+        # The audit log: append-only, one row per (source, id), the exact bytes received.
+        f"""CREATE TABLE IF NOT EXISTS events (
+            seq {serial},
+            source TEXT NOT NULL,
+            id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            instance TEXT NOT NULL,
+            notice_id TEXT,
+            time DOUBLE PRECISION NOT NULL,
+            received_at DOUBLE PRECISION NOT NULL,
+            ingest TEXT NOT NULL,
+            body TEXT NOT NULL,
+            UNIQUE (source, id)
+        )""",
+        "CREATE INDEX IF NOT EXISTS events_notice ON events (source, notice_id)",
+        "CREATE INDEX IF NOT EXISTS events_instance ON events (instance)",
+        "CREATE INDEX IF NOT EXISTS events_time ON events (time)",
+        """CREATE TABLE IF NOT EXISTS instances (
+            source TEXT PRIMARY KEY,
+            provider TEXT NOT NULL,
+            name TEXT NOT NULL,
+            instance_id TEXT NOT NULL,
+            zone TEXT,
+            location TEXT,
+            project TEXT,
+            subscription TEXT,
+            resource_group TEXT,
+            scale_set TEXT,
+            resource_id TEXT NOT NULL,
+            first_seen DOUBLE PRECISION NOT NULL,
+            last_seen DOUBLE PRECISION NOT NULL,
+            last_heartbeat DOUBLE PRECISION,
+            heartbeat_interval DOUBLE PRECISION,
+            agent_version TEXT,
+            watcher_healthy INTEGER,
+            spool_depth INTEGER,
+            started_at DOUBLE PRECISION
+        )""",
+        "CREATE INDEX IF NOT EXISTS instances_name ON instances (name)",
+        """CREATE TABLE IF NOT EXISTS notices (
+            source TEXT NOT NULL,
+            notice_id TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            instance TEXT NOT NULL,
+            zone TEXT,
+            kind TEXT NOT NULL,
+            status TEXT NOT NULL,
+            rank INTEGER NOT NULL,
+            time DOUBLE PRECISION NOT NULL,
+            not_before DOUBLE PRECISION,
+            event_id TEXT NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (source, notice_id)
+        )""",
+        "CREATE INDEX IF NOT EXISTS notices_rank ON notices (rank)",
+        "CREATE INDEX IF NOT EXISTS notices_instance ON notices (instance)",
+        f"""CREATE TABLE IF NOT EXISTS rejected (
+            seq {serial},
+            ingest TEXT NOT NULL,
+            received_at DOUBLE PRECISION NOT NULL,
+            reason TEXT NOT NULL,
+            body TEXT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS checkpoints (
+            ingest TEXT NOT NULL,
+            part TEXT NOT NULL,
+            position TEXT NOT NULL,
+            updated DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (ingest, part)
+        )""",
+    ]
+
+
+INSERT_EVENT: Final = (
+    "INSERT INTO events (source, id, type, instance, notice_id, time, received_at, ingest, body) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, id) DO NOTHING"
+)
+
+UPSERT_INSTANCE: Final = (
+    "INSERT INTO instances (source, provider, name, instance_id, zone, location, project, "
+    "subscription, resource_group, scale_set, resource_id, first_seen, last_seen) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (source) DO UPDATE SET "
+    "provider = excluded.provider, name = excluded.name, instance_id = excluded.instance_id, "
+    "zone = excluded.zone, location = excluded.location, project = excluded.project, "
+    "subscription = excluded.subscription, resource_group = excluded.resource_group, "
+    "scale_set = excluded.scale_set, resource_id = excluded.resource_id, "
+    "first_seen = CASE WHEN excluded.first_seen < instances.first_seen "
+    "THEN excluded.first_seen ELSE instances.first_seen END, "
+    "last_seen = CASE WHEN excluded.last_seen > instances.last_seen "
+    "THEN excluded.last_seen ELSE instances.last_seen END"
+)
+
+#: A later heartbeat only: one delivered late never makes a dead sidecar look alive.
+UPDATE_HEARTBEAT: Final = (
+    "UPDATE instances SET last_heartbeat = ?, heartbeat_interval = ?, agent_version = ?, "
+    "watcher_healthy = ?, spool_depth = ?, started_at = ? "
+    "WHERE source = ? AND (last_heartbeat IS NULL OR last_heartbeat <= ?)"
+)
+
+#: The forward-only rule of `bridge.fleet.state.newer`, as a conditional upsert.
+UPSERT_NOTICE: Final = (
+    "INSERT INTO notices (source, notice_id, provider, instance, zone, kind, status, rank, "
+    "time, not_before, event_id, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (source, notice_id) DO UPDATE SET "
+    "provider = excluded.provider, instance = excluded.instance, zone = excluded.zone, "
+    "kind = excluded.kind, status = excluded.status, rank = excluded.rank, "
+    "time = excluded.time, not_before = excluded.not_before, event_id = excluded.event_id, "
+    "body = excluded.body "
+    "WHERE notices.rank < 2 AND (excluded.rank > notices.rank "
+    "OR (excluded.rank = notices.rank AND excluded.time >= notices.time))"
+)
+
+INSERT_REJECTED: Final = (
+    "INSERT INTO rejected (ingest, received_at, reason, body) VALUES (?, ?, ?, ?)"
+)
+
+UPSERT_CHECKPOINT: Final = (
+    "INSERT INTO checkpoints (ingest, part, position, updated) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (ingest, part) DO UPDATE SET position = excluded.position, "
+    "updated = excluded.updated"
+)
+
+
+def to_pyformat(statement: str) -> str:
+    """The statement with `%s` placeholders (psycopg, asyncpg via its own `$n` rewrite)."""
+    return statement.replace("%", "%%").replace("?", "%s")

@@ -1,0 +1,83 @@
+"""The rules of the fleet state, as pure functions both stores and the API share.
+
+- A notice moves forward only: scheduled < started < completed = cancelled (`RANK`). Between
+  two events of the same rank the later event time wins (an Azure event rescheduled while
+  Scheduled), and a finished notice (rank 2) never changes again. Each store applies this
+  in SQL (`bridge.fleet.sql.UPSERT_NOTICE`); `newer` is the same rule for Python callers.
+- An instance is `reporting` while its last heartbeat is younger than
+  `SILENT_AFTER_INTERVALS` of its own announced interval, else `silent` (also when it never
+  sent one: an old sidecar or heartbeats off; nobody vouches that it is watching).
+- Eligibility is the sidecar's own rule (`bridge.status_api.eligibility`) applied to the
+  instance's notices in force, plus: an unknown or silent instance is never eligible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from bridge.status_api import eligibility
+
+RANK: Final = {"scheduled": 0, "started": 1, "completed": 2, "cancelled": 2}
+FINISHED_RANK: Final = 2
+IN_FORCE: Final = ("scheduled", "started")
+SILENT_AFTER_INTERVALS: Final = 3
+
+
+def newer(old_status: str, old_time: float, new_status: str, new_time: float) -> bool:
+    """Whether an event (new_status at new_time) replaces a notice's current state."""
+    old_rank, new_rank = RANK[old_status], RANK[new_status]
+    if old_rank == FINISHED_RANK:
+        return False
+    return new_rank > old_rank or (new_rank == old_rank and new_time >= old_time)
+
+
+def instance_state(instance: Mapping[str, Any], now: float) -> tuple[str, str]:
+    """(`reporting` or `silent`, why) for an instance row of the store."""
+    last, interval = instance.get("last_heartbeat"), instance.get("heartbeat_interval")
+    if last is None or not interval:
+        return "silent", "no heartbeat received"
+    age = now - float(last)
+    limit = SILENT_AFTER_INTERVALS * float(interval)
+    if age > limit:
+        return "silent", f"last heartbeat {age:.0f}s ago (more than {limit:g}s)"
+    return "reporting", f"last heartbeat {age:.0f}s ago"
+
+
+def eligible(
+    candidates: Sequence[str],
+    instances: Mapping[str, Mapping[str, Any]],
+    notices: Mapping[str, Iterable[dict[str, Any]]],
+    now: float,
+    horizon: float,
+) -> dict[str, Any]:
+    """For each candidate (a name or a source): eligible or not and why; `preferred` is the
+    first eligible one in the order given (None when none is).
+
+    `instances` maps names and sources to instance rows; `notices` maps a source to the
+    current events (CloudEvent dicts) of its notices in force.
+    """
+    answers = []
+    moment = datetime.fromtimestamp(now, UTC)
+    for candidate in candidates:
+        instance = instances.get(candidate)
+        if instance is None:
+            answers.append({"instance": candidate, "eligible": False, "reason": "unknown instance"})
+            continue
+        state, why = instance_state(instance, now)
+        ok, body = eligibility(notices.get(instance["source"], ()), moment, horizon)
+        if state == "silent":
+            ok, body["reason"] = False, f"silent: {why}"
+        answers.append(
+            {
+                "instance": candidate,
+                "name": instance["name"],
+                "source": instance["source"],
+                "state": state,
+                **body,
+                "eligible": ok,
+            }
+        )
+    preferred = next((a["instance"] for a in answers if a["eligible"]), None)
+    return {"horizon_seconds": horizon, "preferred": preferred, "candidates": answers}

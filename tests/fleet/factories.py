@@ -1,0 +1,94 @@
+"""Events of several VMs for the fleet tests, written by the sidecar's own writers."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from bridge import audit, contract
+from bridge.events import serialize, to_cloudevent
+from bridge.fleet.store import Accepted, Batch
+from bridge.heartbeat import heartbeat_event
+from bridge.model import Instance, Kind, Notice, Provider, Status
+from tests.factories import instance
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def gce_vm(name: str, zone: str = "us-central1-a") -> Instance:
+    return instance(name, zone, "fleet-project")
+
+
+def azure_vm(
+    name: str, group: str = "fleet-rg", scale_set: str | None = None, zone: str = "1"
+) -> Instance:
+    resource = (
+        "/subscriptions/8c56d827-5f07-45ce-8f2b-6c5001db5c6f/resourceGroups/"
+        f"{group}/providers/Microsoft.Compute/virtualMachines/{name}"
+    )
+    return Instance(
+        provider=Provider.AZURE,
+        id=f"vm-{name}",
+        name=name,
+        source=resource,
+        resource_id=resource,
+        zone=zone,
+        location="westeurope",
+        subscription="8c56d827-5f07-45ce-8f2b-6c5001db5c6f",
+        resource_group=group,
+        scale_set=scale_set,
+    )
+
+
+def transition(
+    vm: Instance,
+    notice_id: str,
+    status: Status,
+    at: datetime,
+    kind: Kind = Kind.REBOOT,
+    not_before: datetime | None = None,
+) -> bytes:
+    """The structured JSON bytes of one maintenance transition."""
+    notice = Notice(
+        instance=vm,
+        kind=kind,
+        status=status,
+        notice_id=notice_id,
+        observed_at=at,
+        not_before=not_before,
+        affected=(vm.name,),
+    )
+    return serialize(to_cloudevent(notice))
+
+
+def heartbeat(vm: Instance, at: datetime, interval: float = 60.0, sequence: int = 0) -> bytes:
+    event = heartbeat_event(
+        vm,
+        sequence=sequence,
+        started_at=T0,
+        interval=interval,
+        watcher_healthy=True,
+        spool_depth=0,
+        at=at,
+    )
+    return contract.encode(event)
+
+
+def hook_run(scheduled: bytes, at: datetime) -> bytes:
+    trigger = audit.Trigger.of(json.loads(scheduled))
+    run = audit.HookOutcome("drain", "succeeded", 0, 1.5, "drained")
+    return serialize(audit.hook_completed(trigger, run, at))
+
+
+def approval(scheduled: bytes, at: datetime) -> bytes:
+    trigger = audit.Trigger.of(json.loads(scheduled))
+    return serialize(audit.approved(trigger, approved_by="vm", rule="preset", leader="self", at=at))
+
+
+def batch(*bodies: bytes, ingest: str = "http", received: datetime | None = None) -> Batch:
+    when = (received or T0 + timedelta(hours=1)).timestamp()
+    return Batch(
+        ingest=ingest,
+        received_at=when,
+        accepted=[Accepted(contract.from_cloudevent(body), body) for body in bodies],
+    )

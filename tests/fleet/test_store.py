@@ -1,0 +1,180 @@
+"""The SQLite fleet store keeps the rules of bridge/fleet/store.py: idempotent, forward-only,
+append-only audit log, rejected inputs kept, checkpoints committed with their events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from bridge.fleet.sqlite_store import SqliteStore
+from bridge.fleet.store import Batch, EventQuery, NoticeFilter, Refused
+from bridge.model import Kind, Status
+from tests.fleet.factories import (
+    T0,
+    approval,
+    azure_vm,
+    batch,
+    gce_vm,
+    heartbeat,
+    hook_run,
+    transition,
+)
+
+GCE = gce_vm("web-1")
+AZ = azure_vm("db-1", scale_set="db-set")
+ALL = NoticeFilter()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(tmp_path / "fleet.sqlite3")
+    await store.open()
+    yield store
+    await store.close()
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+async def test_a_replayed_event_is_a_duplicate_and_changes_nothing(store: SqliteStore) -> None:
+    scheduled = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
+    first = await store.ingest(batch(scheduled, heartbeat(AZ, at(0))))
+    again = await store.ingest(batch(scheduled, scheduled, ingest="pubsub"))
+    assert (first.accepted, first.duplicate) == (2, 0)
+    assert (again.accepted, again.duplicate) == (0, 2)
+    counts = await store.counts()
+    assert (counts["events"], counts["notices"], counts["instances"]) == (2, 1, 1)
+    (notice,) = await store.notices(ALL)
+    assert [t["status"] for t in notice["transitions"]] == ["scheduled"]
+
+
+async def test_an_old_transition_arriving_late_never_reverts_a_newer_one(
+    store: SqliteStore,
+) -> None:
+    scheduled = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
+    started = transition(AZ, "ev-1", Status.STARTED, at(15))
+    completed = transition(AZ, "ev-1", Status.COMPLETED, at(20))
+    await store.ingest(batch(completed))
+    await store.ingest(batch(started, scheduled))
+    assert await store.notices(ALL) == []  # completed: not in force
+    (notice,) = await store.notices(ALL, in_force=False)
+    assert notice["status"] == "completed"
+    assert [t["status"] for t in notice["transitions"]] == ["scheduled", "started", "completed"]
+
+
+async def test_a_later_revision_of_the_same_status_wins(store: SqliteStore) -> None:
+    first = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
+    moved = transition(AZ, "ev-1", Status.SCHEDULED, at(5), not_before=at(30))
+    await store.ingest(batch(moved))
+    await store.ingest(batch(first))  # older, same rank: ignored
+    (notice,) = await store.notices(ALL)
+    assert notice["not_before"] == "2026-11-21T12:30:00Z"
+
+
+async def test_filters_select_notices_in_force(store: SqliteStore) -> None:
+    other = gce_vm("web-2", zone="europe-west1-b")
+    await store.ingest(
+        batch(
+            transition(GCE, "g-1", Status.STARTED, at(0), kind=Kind.LIVE_MIGRATE),
+            transition(other, "g-2", Status.SCHEDULED, at(0), kind=Kind.TERMINATE),
+            transition(AZ, "ev-1", Status.SCHEDULED, at(1), not_before=at(15)),
+        )
+    )
+
+    async def names(**where: str) -> list[str]:
+        return sorted(n["notice_id"] for n in await store.notices(NoticeFilter(**where)))
+
+    assert await names() == ["ev-1", "g-1", "g-2"]
+    assert await names(provider="gce") == ["g-1", "g-2"]
+    assert await names(zone="europe-west1-b") == ["g-2"]
+    assert await names(kind="reboot") == ["ev-1"]
+    assert await names(status="started") == ["g-1"]
+    assert await names(instance="db-1") == ["ev-1"]
+    assert await names(instance=GCE.source) == ["g-1"]
+
+
+async def test_approvals_and_hook_outcomes_join_their_notice(store: SqliteStore) -> None:
+    scheduled = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
+    await store.ingest(batch(scheduled, hook_run(scheduled, at(1)), approval(scheduled, at(2))))
+    (notice,) = await store.notices(ALL)
+    (hook,) = notice["hooks"]
+    (approved,) = notice["approvals"]
+    assert (hook["hook"], hook["outcome"]) == ("drain", "succeeded")
+    assert approved["rule"] == "preset"
+    scheduled_id = notice["transitions"][0]["event_id"]
+    assert hook["trigger_event_id"] == approved["trigger_event_id"] == scheduled_id
+    assert hook["event_id"] != scheduled_id
+
+
+async def test_heartbeats_fill_the_instance_and_a_late_one_does_not_go_back(
+    store: SqliteStore,
+) -> None:
+    await store.ingest(batch(heartbeat(AZ, at(10), sequence=2)))
+    await store.ingest(batch(heartbeat(AZ, at(5), sequence=1)))
+    (instance,) = await store.instances()
+    assert instance["last_heartbeat"] == at(10).timestamp()
+    assert instance["first_seen"] == at(5).timestamp()
+    assert (instance["name"], instance["scale_set"], instance["provider"]) == (
+        "db-1",
+        "db-set",
+        "azure",
+    )
+    assert (instance["heartbeat_interval"], instance["watcher_healthy"]) == (60.0, True)
+
+
+async def test_refused_input_is_kept_with_its_reason_and_checkpoints_commit(
+    store: SqliteStore,
+) -> None:
+    result = await store.ingest(
+        Batch(
+            ingest="eventhubs",
+            received_at=at(0).timestamp(),
+            refused=[Refused(b"{nope", "not JSON")],
+            checkpoints={"0": "1200", "1": "88"},
+        )
+    )
+    assert result.invalid == 1
+    (rejected,) = await store.rejected()
+    assert (rejected["ingest"], rejected["reason"], rejected["body"]) == (
+        "eventhubs",
+        "not JSON",
+        "{nope",
+    )
+    assert await store.checkpoints("eventhubs") == {"0": "1200", "1": "88"}
+    assert await store.checkpoints("pubsub") == {}
+
+
+async def test_the_audit_log_pages_in_receive_order_and_filters(store: SqliteStore) -> None:
+    bodies = [heartbeat(GCE, at(i), sequence=i) for i in range(5)]
+    bodies.append(transition(AZ, "ev-1", Status.SCHEDULED, at(2), not_before=at(15)))
+    await store.ingest(batch(*bodies))
+    page = await store.events(EventQuery(limit=4))
+    assert [row[3] for row in page.rows] == bodies[:4]
+    assert page.next_cursor is not None
+    rest = await store.events(EventQuery(limit=4, cursor=page.next_cursor))
+    assert [row[3] for row in rest.rows] == bodies[4:]
+    assert rest.next_cursor is None
+    only_az = await store.events(EventQuery(instance="db-1"))
+    assert [row[3] for row in only_az.rows] == bodies[5:]
+    window = await store.events(EventQuery(since=at(1).timestamp(), until=at(3).timestamp()))
+    assert len(window.rows) == 3  # two heartbeats and the transition at minute 2
+    assert {row[1] for row in window.rows} == {"http"}
+
+
+async def test_the_state_survives_a_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.sqlite3"
+    store = SqliteStore(path)
+    await store.open()
+    await store.ingest(batch(transition(GCE, "g-1", Status.STARTED, at(0))))
+    await store.close()
+    again = SqliteStore(path)
+    await again.open()
+    try:
+        assert [n["notice_id"] for n in await again.notices(ALL)] == ["g-1"]
+        await again.ping()
+    finally:
+        await again.close()

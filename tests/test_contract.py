@@ -1,0 +1,236 @@
+"""The typed contract (bridge/contract.py) against the published JSON Schema and the writers.
+
+The Structs and `schemas/maintenance-event.v1.json` describe the same events twice; these
+tests make them agree property by property, check that everything the sidecar writes reads
+back unchanged, and that what the schema refuses the contract refuses too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import jsonschema
+import msgspec
+import pytest
+
+from bridge import audit, contract
+from bridge.contract import ContractError, from_cloudevent
+from bridge.events import EVENT_TYPES, as_dict, schema, serialize, to_cloudevent
+from bridge.model import Kind, Notice, Status, Window
+from tests.factories import GCE_VM, sample_events, sample_notices
+from tests.support import assert_valid
+
+AT = datetime(2026, 11, 21, 12, 0, 5, tzinfo=UTC)
+
+
+def _properties(definition: dict[str, Any], defs: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """(all properties, required ones) of a `$def`, following its `allOf` references."""
+    names = set(definition.get("properties", {}))
+    required = set(definition.get("required", []))
+    for part in definition.get("allOf", []):
+        ref = part["$ref"].removeprefix("#/$defs/")
+        more, more_required = _properties(defs[ref], defs)
+        names |= more
+        required |= more_required
+    return names, required
+
+
+@pytest.mark.parametrize(
+    ("model", "name"), list(contract.SCHEMA_DEFS.items()), ids=list(contract.SCHEMA_DEFS.values())
+)
+def test_every_schema_def_matches_its_struct(model: type[msgspec.Struct], name: str) -> None:
+    defs = schema()["$defs"]
+    properties, required = _properties(defs[name], defs)
+    info = msgspec.inspect.type_info(model)
+    assert isinstance(info, msgspec.inspect.StructType)
+    fields = {f.name for f in info.fields}
+    without_default = {f.name for f in info.fields if f.required}
+    assert fields == properties, f"$defs/{name} and {model.__name__} differ"
+    assert without_default == required, f"required keys of $defs/{name} differ"
+
+
+def _literal_values(field_type: msgspec.inspect.Type) -> set[object] | None:
+    """The values a Literal field (or an optional one) allows; None when not a Literal."""
+    if isinstance(field_type, msgspec.inspect.LiteralType):
+        return set(field_type.values)
+    if isinstance(field_type, msgspec.inspect.UnionType):
+        values: set[object] = set()
+        for member in field_type.types:
+            if isinstance(member, msgspec.inspect.NoneType):
+                values.add(None)
+            elif isinstance(member, msgspec.inspect.LiteralType):
+                values |= set(member.values)
+            else:
+                return None
+        return values
+    return None
+
+
+@pytest.mark.parametrize(
+    ("model", "name"), list(contract.SCHEMA_DEFS.items()), ids=list(contract.SCHEMA_DEFS.values())
+)
+def test_every_enum_of_the_schema_is_the_literal_of_its_struct(
+    model: type[msgspec.Struct], name: str
+) -> None:
+    """A provider, kind or outcome added to the schema must be added to the contract too."""
+    defs = schema()["$defs"]
+    properties = dict(defs[name].get("properties", {}))
+    for part in defs[name].get("allOf", []):
+        properties.update(defs[part["$ref"].removeprefix("#/$defs/")].get("properties", {}))
+    info = msgspec.inspect.type_info(model)
+    assert isinstance(info, msgspec.inspect.StructType)
+    for field in info.fields:
+        enum = properties.get(field.name, {}).get("enum")
+        if enum is None:
+            continue
+        allowed = _literal_values(field.type)
+        if allowed is not None and None in allowed and None not in enum:
+            allowed.discard(None)  # optional in the Struct: absent, never null, on the wire
+        assert allowed == set(enum), f"$defs/{name}.{field.name}"
+
+
+def test_every_type_of_the_schema_has_a_data_struct_and_back() -> None:
+    assert set(schema()["properties"]["type"]["enum"]) == set(contract.DATA_TYPES)
+
+
+def test_the_maintenance_writer_keeps_its_bytes() -> None:
+    """Event ids and bytes are forever: the writer's output for a fixed notice is pinned."""
+    body = serialize(to_cloudevent(sample_notices(1)[0]))
+    assert hashlib.sha256(body).hexdigest() == PINNED_SHA256, body.decode()
+
+
+PINNED_SHA256 = "88019e1dc0c330326ef70db11291edadf95f715843e638a2f09728f748b45df9"
+
+
+def _written_events() -> list[dict[str, Any]]:
+    """One event of each type as the sidecar's own writers produce it."""
+    scheduled = Notice(
+        instance=GCE_VM,
+        kind=Kind.TERMINATE,
+        status=Status.SCHEDULED,
+        notice_id="gce-window-1",
+        observed_at=AT,
+        window=Window(AT, None, AT),
+        duration_seconds=30,
+        can_reschedule=True,
+    )
+    maintenance = [as_dict(e) for e in sample_events(2)] + [as_dict(to_cloudevent(scheduled))]
+    trigger = audit.Trigger.of(maintenance[0])
+    run = audit.HookOutcome("drain", "timed-out", None, 1.23456, "out", "killed")
+    return [
+        *maintenance,
+        as_dict(audit.hook_completed(trigger, run, AT)),
+        as_dict(audit.approved(trigger, approved_by="vm", rule="preset", leader="self", at=AT)),
+        as_dict(audit.test_event(GCE_VM, "hello", AT)),
+    ]
+
+
+@pytest.mark.parametrize("event", _written_events(), ids=lambda e: e["type"])
+def test_what_the_sidecar_writes_reads_back_unchanged(event: dict[str, Any]) -> None:
+    typed = from_cloudevent(json.dumps(event).encode())
+    assert typed.type == event["type"]
+    assert typed.instance.name == GCE_VM.name
+    assert json.loads(contract.encode(typed)) == event
+    assert from_cloudevent(event) == typed  # a parsed dict reads the same
+
+
+def test_the_encoder_writes_valid_events() -> None:
+    for event in _written_events():
+        assert_valid(json.loads(contract.encode(from_cloudevent(event))))
+
+
+def _maintenance() -> dict[str, Any]:
+    return as_dict(sample_events(1)[0])
+
+
+def _broken(**changes: Any) -> dict[str, Any]:
+    event = _maintenance()
+    for path, value in changes.items():
+        node = event
+        *parents, last = path.split("__")
+        for key in parents:
+            node = node[key]
+        if value is _DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return event
+
+
+_DELETE = object()
+_VALIDATOR = jsonschema.Draft202012Validator(
+    schema(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+)
+
+
+@pytest.mark.parametrize(
+    ("event", "reason"),
+    [
+        (_broken(type="io.example.other"), "unknown event type 'io.example.other'"),
+        (_broken(specversion="0.3"), "specversion"),
+        (_broken(id=""), "id"),
+        (_broken(data__kind="explode"), "Invalid enum value 'explode' - at `kind`"),
+        (_broken(data__status="completed"), "data.status is 'completed'"),
+        (_broken(data__notice_id=_DELETE), "notice_id"),
+        (_broken(data__duration_seconds=-1), "duration_seconds"),
+        (_broken(data__instance__name=None), "instance.name"),
+        (_broken(dataschema="https://example.com/v2.json"), "dataschema"),
+    ],
+)
+def test_what_the_schema_refuses_the_contract_refuses(event: dict[str, Any], reason: str) -> None:
+    assert not _VALIDATOR.is_valid(event)
+    with pytest.raises(ContractError) as caught:
+        from_cloudevent(event)
+    assert reason in str(caught.value)
+
+
+@pytest.mark.parametrize("time", ["yesterday", "2026-11-21T12:00:00", "2026-11-21"])
+def test_times_must_be_rfc3339_with_an_offset(time: str) -> None:
+    """The schema's `format: date-time` (an annotation the installed jsonschema does not
+    assert without an extra package); the contract checks it."""
+    with pytest.raises(ContractError, match="time"):
+        from_cloudevent(_broken(time=time))
+
+
+def test_unknown_fields_are_ignored_as_schema_v1_asks() -> None:
+    event = _broken(extension="x", data__future_field=1)
+    assert _VALIDATOR.is_valid(event)
+    assert from_cloudevent(event).id == event["id"]
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b"[]", b"null", b'{"id": 1}'])
+def test_garbage_is_a_contract_error_not_a_crash(body: bytes) -> None:
+    with pytest.raises(ContractError):
+        from_cloudevent(body)
+
+
+def test_a_batch_splits_into_the_exact_bytes_of_each_event() -> None:
+    bodies = [serialize(e) for e in sample_events(3)]
+    assert contract.split_batch(b"[" + b",".join(bodies) + b"]") == bodies
+    with pytest.raises(ContractError):
+        contract.split_batch(b'{"not": "a batch"}')
+
+
+def test_binary_mode_reads_as_the_same_event() -> None:
+    from cloudevents.core.bindings.http import to_binary
+    from cloudevents.core.formats.json import JSONFormat
+
+    event = sample_events(1)[0]
+    message = to_binary(event, JSONFormat())
+    structured = contract.binary_to_structured(dict(message.headers), message.body)
+    assert from_cloudevent(structured) == from_cloudevent(serialize(event))
+
+
+def test_the_writers_types_are_the_contracts() -> None:
+    """bridge/audit.py names its types itself (the sidecar's writer); the contract must read
+    every one of them, and the maintenance writer's."""
+    assert (audit.APPROVED, audit.HOOK_COMPLETED, audit.TEST) == (
+        contract.APPROVED,
+        contract.HOOK_COMPLETED,
+        contract.TEST,
+    )
+    assert set(audit.AUDIT_TYPES) <= set(contract.DATA_TYPES)
+    assert set(EVENT_TYPES) == set(contract.MAINTENANCE_TYPES)
