@@ -1,0 +1,172 @@
+"""The dashboard's routes on the fleet service's listener.
+
+- `GET /`: the fleet page (filters `provider`, `zone`, `kind`, `q` in the URL).
+- `GET /instances/{name}`: one instance: state, eligibility, heartbeat, its history (`days`,
+  default 7).
+- `GET /dashboard/version`: a small token that changes when the store does (and once a
+  minute, as time moves notices from "coming" to "now"); `dashboard.js` polls it and
+  re-fetches the page only when it changed, so an idle dashboard costs a COUNT, not a render.
+- `GET /static/...`: the CSS and the JavaScript, from the package (no CDN, works
+  air-gapped).
+
+Reads only: the page asks the store the same questions as `/v1/fleet/...`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from importlib.resources import files
+from typing import Any, Final
+
+from aiohttp import web
+
+from bridge import contract
+from bridge.fleet import state
+from bridge.fleet.store import EventQuery, NoticeFilter, Store
+from bridge.fleet.web import render, views
+
+#: The newest events the timeline and an instance's history read (a bound on one render).
+MAX_EVENTS: Final = 50_000
+_STATIC: Final = {
+    "dashboard.css": "text/css",
+    "dashboard.js": "text/javascript",
+}
+_HTML: Final = "text/html"
+
+
+class DashboardRoutes:
+    """The HTML views over one store; `horizon` is the eligibility horizon of the API."""
+
+    def __init__(self, store: Store, horizon: float) -> None:
+        self.store = store
+        self.horizon = horizon
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/", self.index)
+        app.router.add_get("/instances/{name}", self.instance)
+        app.router.add_get("/dashboard/version", self.version)
+        app.router.add_get("/static/{file}", self.static)
+
+    async def _version(self, now: float) -> str:
+        counts = await self.store.counts()
+        return f"{counts['events']}.{counts['rejected']}.{int(now // 60)}"
+
+    async def version(self, _request: web.Request) -> web.Response:
+        return web.json_response(
+            {"version": await self._version(time.time())}, headers={"Cache-Control": "no-store"}
+        )
+
+    async def static(self, request: web.Request) -> web.Response:
+        name = request.match_info["file"]
+        if name not in _STATIC:
+            raise web.HTTPNotFound()
+        body = files("bridge.fleet.web").joinpath(f"static/{name}").read_bytes()
+        return web.Response(
+            body=body,
+            content_type=_STATIC[name],
+            charset="utf-8",
+            headers={"Cache-Control": "max-age=300"},
+        )
+
+    async def _options(self) -> dict[str, list[str]]:
+        """The filters' choices: what the store knows (notices in force, instances)."""
+        providers, zones, kinds = set(), set(), set()
+        for provider, zone, kind, _status, _count in await self.store.notice_counts():
+            providers.add(provider)
+            kinds.add(kind)
+            if zone:
+                zones.add(zone)
+        for instance in await self.store.instances():
+            providers.add(instance["provider"])
+            if instance.get("zone"):
+                zones.add(instance["zone"])
+        return {"provider": sorted(providers), "zone": sorted(zones), "kind": sorted(kinds)}
+
+    async def _recent(self, since: float, **query: Any) -> list[bytes]:
+        page = await self.store.events(EventQuery(since=since, limit=MAX_EVENTS, **query))
+        return [row[3] for row in page.rows]
+
+    async def index(self, request: web.Request) -> web.Response:
+        now = time.time()
+        filters = views.Filters.of(request.query)
+        every = await self.store.notices(NoticeFilter())
+        shown = views.soonest_first([n for n in every if filters.matches(n)])
+        day, week = views.coming(shown, now)
+        recent: list[bytes] = []
+        for kind in contract.MAINTENANCE_TYPES:
+            recent.extend(await self._recent(now - 7 * views.DAY, type=kind))
+        bars = views.timeline(recent, every, filters, now)
+        head = views.headline(await self.store.instances(), shown, now)
+        body = render.dashboard(head, shown, day, week, bars, filters, now)
+        form = render.filters_form(filters, await self._options())
+        text = render.page("Maintenance fleet", body, now, await self._version(now), form)
+        return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})
+
+    async def instance(self, request: web.Request) -> web.Response:
+        now = time.time()
+        name = request.match_info["name"]
+        try:
+            days = float(request.query.get("days", "7"))
+        except ValueError:
+            days = 7.0
+        rows = await self.store.instances([name])
+        instance = rows[0] if rows else None
+        in_force: list[dict[str, Any]] = []
+        eligibility = None
+        history: list[dict[str, Any]] = []
+        heartbeats = 0
+        if instance is not None:
+            in_force = await self.store.notices(NoticeFilter(instance=instance["source"]))
+            known = {name: instance, instance["source"]: instance}
+            answer = state.eligible(
+                [name],
+                known,
+                {instance["source"]: [n["event"] for n in in_force]},
+                now,
+                self.horizon,
+            )
+            eligibility = answer["candidates"][0]
+            page = await self.store.events(
+                EventQuery(
+                    instance=instance["source"], since=now - days * views.DAY, limit=MAX_EVENTS
+                )
+            )
+            for _seq, ingest, _received, raw in page.rows:
+                event = json.loads(raw)
+                if event["type"] == contract.HEARTBEAT:
+                    heartbeats += 1
+                    continue
+                history.append(_history_entry(event, ingest))
+            history.sort(key=lambda entry: entry["time"])  # event time, not arrival order
+        body = render.instance_page(
+            instance, name, eligibility, in_force, history, heartbeats, days, now
+        )
+        text = render.page(f"{name}: maintenance fleet", body, now, await self._version(now))
+        return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})
+
+
+def _history_entry(event: dict[str, Any], ingest: str) -> dict[str, Any]:
+    """One row of an instance's history: when, what, which notice, and the detail."""
+    data = event.get("data") or {}
+    kind = event["type"]
+    if kind in contract.MAINTENANCE_TYPES:
+        detail = f"{data.get('kind')} {data.get('status')}"
+        if data.get("not_before"):
+            detail += f", not before {data['not_before']}"
+        if data.get("description"):
+            detail += f": {data['description']}"
+    elif kind == contract.APPROVED:
+        detail = f"approved by {data.get('approved_by')} ({data.get('rule')})"
+    elif kind == contract.HOOK_COMPLETED:
+        detail = f"hook {data.get('hook')}: {data.get('outcome')} (exit {data.get('exit_code')})"
+    else:
+        detail = ""
+    short = kind.removeprefix("io.maintenancebridge.")
+    return {
+        "time": views.epoch(event.get("time")) or 0.0,
+        "type": short,
+        "notice_id": data.get("notice_id") or "",
+        "detail": detail,
+        "ingest": ingest,
+    }

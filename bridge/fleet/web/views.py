@@ -1,0 +1,275 @@
+"""What the dashboard shows, as plain data built from the store's answers (no HTML here).
+
+Kept apart from the rendering so the rules (what "soonest" means, which window a notice
+draws, what a filter matches) read and test on their own, and so the page and the
+benchmark share them. Every function takes `now` so a render is one consistent instant.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Final
+from urllib.parse import urlencode
+
+import msgspec
+
+from bridge import contract
+from bridge.fleet.state import instance_state
+
+DAY: Final = 86400.0
+#: A window without a known end is drawn this long (Azure Freeze is seconds, a reboot
+#: minutes, a live migration under a minute; an hour keeps it visible on a 14-day axis).
+DEFAULT_WINDOW: Final = 3600.0
+#: The "Now" table shows at most this many rows; the headline still counts every notice.
+MAX_ROWS: Final = 500
+
+
+def epoch(text: str | None) -> float | None:
+    """Unix seconds of an RFC 3339 time (None stays None)."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def start_of(notice: Mapping[str, Any]) -> float | None:
+    """When a notice's maintenance begins: `not_before`, else its window's start, else (a
+    live migration announced only as it happens) when it was seen starting."""
+    known = epoch(notice.get("not_before") or (notice.get("window") or {}).get("start"))
+    if known is not None:
+        return known
+    started = [t["time"] for t in notice.get("transitions", ()) if t["status"] == "started"]
+    return epoch(started[0]) if started else None
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """The view's filters, all in the URL so a link shows the same view (None: any)."""
+
+    provider: str | None = None
+    zone: str | None = None
+    kind: str | None = None
+    text: str | None = None
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> Filters:
+        def value(key: str) -> str | None:
+            return (query.get(key) or "").strip() or None
+
+        return cls(value("provider"), value("zone"), value("kind"), value("q"))
+
+    def matches(self, notice: Mapping[str, Any]) -> bool:
+        """Provider, zone and kind exactly; the text anywhere in the instance, notice, zone
+        or source (case-insensitive)."""
+        for key in ("provider", "zone", "kind"):
+            wanted = getattr(self, key)
+            if wanted is not None and notice.get(key) != wanted:
+                return False
+        if self.text is None:
+            return True
+        needle = self.text.lower()
+        haystack = (notice.get(k) or "" for k in ("instance", "notice_id", "zone", "source"))
+        return any(needle in str(value).lower() for value in haystack)
+
+    def query(self, **change: str | None) -> str:
+        """The URL query of these filters with `change` applied ("" when none is set)."""
+        current = replace(self, **change)
+        pairs = {
+            "provider": current.provider,
+            "zone": current.zone,
+            "kind": current.kind,
+            "q": current.text,
+        }
+        text = urlencode({k: v for k, v in pairs.items() if v})
+        return f"?{text}" if text else ""
+
+    @property
+    def active(self) -> bool:
+        return any((self.provider, self.zone, self.kind, self.text))
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    reporting: int
+    silent: int
+    by_status: dict[str, int]
+    next_start: float | None
+    next_instance: str | None
+
+
+def headline(
+    instances: Iterable[Mapping[str, Any]], notices: Iterable[Mapping[str, Any]], now: float
+) -> Headline:
+    """Instances reporting / silent, notices in force by status, the next maintenance."""
+    states: Counter[str] = Counter({"reporting": 0, "silent": 0})
+    for instance in instances:
+        states[instance_state(instance, now)[0]] += 1
+    by_status: Counter[str] = Counter({"scheduled": 0, "started": 0})
+    upcoming: list[tuple[float, str]] = []
+    for notice in notices:
+        by_status[notice["status"]] += 1
+        start = start_of(notice)
+        if notice["status"] == "scheduled" and start is not None and start >= now:
+            upcoming.append((start, notice["instance"]))
+    first = min(upcoming, default=None)
+    return Headline(
+        states["reporting"],
+        states["silent"],
+        dict(by_status),
+        first[0] if first else None,
+        first[1] if first else None,
+    )
+
+
+def soonest_first(notices: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Started notices first (they are happening), then by start; unknown starts last."""
+
+    def key(notice: dict[str, Any]) -> tuple[int, float]:
+        start = start_of(notice)
+        if notice["status"] == "started":
+            return (0, start or 0.0)
+        return (1, start) if start is not None else (2, 0.0)
+
+    return sorted(notices, key=key)
+
+
+def coming(
+    notices: Iterable[dict[str, Any]], now: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Scheduled notices starting within 24 h, and between 24 h and 7 days, soonest first."""
+    day, week = [], []
+    for notice in soonest_first(n for n in notices if n["status"] == "scheduled"):
+        start = start_of(notice)
+        if start is None or start < now:
+            continue
+        if start <= now + DAY:
+            day.append(notice)
+        elif start <= now + 7 * DAY:
+            week.append(notice)
+    return day, week
+
+
+def where(notices: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str], Counter[Any]]:
+    """Zones, kinds and (zone, kind) counts of the notices in force."""
+    cells: Counter[tuple[str, str]] = Counter()
+    for notice in notices:
+        cells[(notice.get("zone") or "none", notice["kind"])] += 1
+    zones = sorted({zone for zone, _ in cells})
+    kinds = sorted({kind for _, kind in cells})
+    return zones, kinds, cells
+
+
+def sidecar_actions(notice: Mapping[str, Any]) -> list[str]:
+    """What the VM's sidecar did about a notice: approvals and hook runs, in order."""
+    done = []
+    for approval in notice.get("approvals", ()):
+        done.append(f"approved ({approval.get('rule', '?')})")
+    for hook in notice.get("hooks", ()):
+        done.append(f"{hook.get('hook', 'hook')}: {hook.get('outcome', '?')}")
+    return done
+
+
+@dataclass(slots=True)
+class Bar:
+    """One notice on the timeline: its window and the marks of what happened."""
+
+    row: str
+    instance: str
+    notice_id: str
+    kind: str
+    status: str
+    start: float
+    end: float
+    started: list[float]
+    completed: list[float]
+
+
+class _Timeline(msgspec.Struct):
+    type: str
+    source: str
+    time: str
+    data: dict[str, Any]
+
+
+_DECODE: Final = msgspec.json.Decoder(_Timeline)
+
+
+def timeline(
+    bodies: Iterable[bytes],
+    in_force: Iterable[Mapping[str, Any]],
+    filters: Filters,
+    now: float,
+) -> list[Bar]:
+    """The bars of the 14-day timeline from the maintenance events of the last 7 days and
+    the notices in force: one row per zone, or per instance when a zone is chosen (the
+    drill-down)."""
+    bars: dict[tuple[str, str], Bar] = {}
+
+    def bar(data: Mapping[str, Any], at: float) -> Bar:
+        instance = data.get("instance") or {}
+        name = str(instance.get("name") or "?")
+        zone = str(instance.get("zone") or "none")
+        key = (name, str(data.get("notice_id")))
+        found = bars.get(key)
+        if found is None:
+            found = bars[key] = Bar(
+                row=name if filters.zone else zone,
+                instance=name,
+                notice_id=key[1],
+                kind=str(data.get("kind")),
+                status=str(data.get("status")),
+                start=at,
+                end=at,
+                started=[],
+                completed=[],
+            )
+        return found
+
+    def window(found: Bar, data: Mapping[str, Any]) -> None:
+        start = epoch(data.get("not_before") or (data.get("window") or {}).get("start"))
+        if start is not None:
+            found.start = start
+        end = epoch((data.get("window") or {}).get("end"))
+        length = data.get("duration_seconds") or DEFAULT_WINDOW
+        found.end = max(found.end, end if end is not None else found.start + float(length))
+
+    for body in bodies:
+        event = _DECODE.decode(body)
+        if event.type not in contract.MAINTENANCE_TYPES:
+            continue
+        data = event.data
+        if not filters.matches(_flat(data, event.source)):
+            continue
+        at = epoch(event.time) or now
+        found = bar(data, at)
+        found.status = str(data.get("status"))
+        if event.type == contract.SCHEDULED:
+            window(found, data)
+        elif event.type == contract.STARTED:
+            found.started.append(at)
+            found.start = min(found.start, at)
+            found.end = max(found.end, at + float(data.get("duration_seconds") or 0))
+        else:
+            found.completed.append(at)
+            found.end = max(found.end, at)
+    for notice in in_force:
+        if filters.matches(notice):
+            found = bar(notice["event"]["data"], epoch(notice.get("updated")) or now)
+            found.status = notice["status"]
+            window(found, notice["event"]["data"])
+    return sorted(bars.values(), key=lambda b: (b.row, b.start))
+
+
+def _flat(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A maintenance event's data in the notice shape `Filters.matches` reads."""
+    instance = data.get("instance") or {}
+    return {
+        "provider": data.get("provider"),
+        "zone": instance.get("zone"),
+        "kind": data.get("kind"),
+        "instance": instance.get("name"),
+        "notice_id": data.get("notice_id"),
+        "source": source,
+    }
