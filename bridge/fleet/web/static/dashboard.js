@@ -54,17 +54,28 @@
     }
   }
 
-  function autoSubmit() {
+  // The filters: a choice applies at once, and the URL keeps only the filters that are set
+  // (the form alone, without this script, sends the empty ones too; the server ignores them).
+  function filters() {
     const form = document.querySelector("form.filters");
     if (!form) return;
     for (const select of form.querySelectorAll("select")) {
       select.addEventListener("change", () => form.requestSubmit());
     }
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const query = new URLSearchParams();
+      for (const [key, value] of new FormData(form)) {
+        if (String(value).trim()) query.append(key, String(value).trim());
+      }
+      const text = query.toString();
+      window.location.assign(form.getAttribute("action") + (text ? "?" + text : ""));
+    });
   }
 
   document.addEventListener("DOMContentLoaded", () => {
     tick();
-    autoSubmit();
+    filters();
     setInterval(tick, 1000);
     setInterval(refresh, POLL_MS);
   });
