@@ -152,8 +152,9 @@ def _history_entry(event: dict[str, Any], ingest: str) -> dict[str, Any]:
     kind = event["type"]
     if kind in contract.MAINTENANCE_TYPES:
         detail = f"{data.get('kind')} {data.get('status')}"
-        if data.get("not_before"):
-            detail += f", not before {data['not_before']}"
+        not_before = views.epoch(data.get("not_before"))
+        if not_before is not None:
+            detail += f", not before {render.readable(not_before)}"
         if data.get("description"):
             detail += f": {data['description']}"
     elif kind == contract.APPROVED:
