@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from html.parser import HTMLParser
 from importlib.resources import files
+from typing import Any
 
 import httpx
 import pytest
@@ -171,7 +172,7 @@ async def test_assets_ship_in_the_package(web: httpx.AsyncClient) -> None:
 
 
 def test_store_text_is_escaped() -> None:
-    notice = {
+    notice: dict[str, Any] = {
         "notice_id": "<b>n</b>",
         "instance": "<script>alert(1)</script>",
         "provider": "gce",
