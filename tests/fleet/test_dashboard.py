@@ -191,10 +191,19 @@ def test_store_text_is_escaped() -> None:
     assert "/instances/%3Cscript%3Ealert%281%29%3C%2Fscript%3E" in text
 
 
-def test_a_live_migration_without_notice_counts_from_its_start() -> None:
+def test_a_notice_under_way_counts_from_when_it_started() -> None:
     started = (NOW - timedelta(minutes=2)).isoformat()
-    notice = {"status": "started", "transitions": [{"status": "started", "time": started}]}
+    estimate = (NOW + timedelta(minutes=1)).isoformat()  # GCE's estimated not_before
+    notice = {
+        "status": "started",
+        "not_before": estimate,
+        "transitions": [{"status": "started", "time": started}],
+    }
     assert views.start_of(notice) == (NOW - timedelta(minutes=2)).timestamp()
+    assert (
+        views.start_of({**notice, "status": "scheduled"})
+        == (NOW + timedelta(minutes=1)).timestamp()
+    )
     assert render.relative(-125) == "2m 05s ago"
     assert render.relative(3 * 3600 + 60) == "in 3h 01m"
     assert render.relative(2 * 86400 + 3600) == "in 2d 01h"

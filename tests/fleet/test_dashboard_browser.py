@@ -93,7 +93,8 @@ async def test_the_dashboard_live_in_chromium(
         ),
     ):
         db1.azure.add_event(event_type="Redeploy", not_before_in=3600)
-        await fleet_holds(service.url, instances=3, notices=1)
+        web1.gce.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+        await fleet_holds(service.url, instances=3, notices=2)
 
         page = await browser.new_page()
         errors: list[str] = []
@@ -109,13 +110,17 @@ async def test_the_dashboard_live_in_chromium(
         page.on("pageerror", crash)
         await page.goto(service.url + "/")
         now_rows = page.locator("#now tbody tr")
-        await expect(now_rows).to_have_count(1, timeout=WAIT)
-        await expect(now_rows.first).to_contain_text("db-1")
-        await expect(now_rows.first).to_contain_text("redeploy")
+        await expect(now_rows).to_have_count(2, timeout=WAIT)
+        await expect(now_rows.nth(0)).to_contain_text("web-1")  # under way: first
+        await expect(now_rows.nth(0)).to_contain_text("live-migrate")
+        await expect(now_rows.nth(0)).to_contain_text(" ago")  # counted from its start
+        await expect(now_rows.nth(1)).to_contain_text("db-1")
+        await expect(now_rows.nth(1)).to_contain_text("redeploy")
         await expect(page.locator("#reporting")).to_have_text("3")
+        await expect(page.locator("#started")).to_have_text("1")
 
         # The countdown ticks by itself.
-        countdown = now_rows.first.locator("time[data-countdown]")
+        countdown = now_rows.nth(1).locator("time[data-countdown]")
         before = await countdown.text_content()
         assert before is not None
         assert before.startswith("in ")
@@ -124,8 +129,8 @@ async def test_the_dashboard_live_in_chromium(
         # A new notice arrives through db-2's sidecar: it shows up without a reload.
         await page.evaluate("window.notReloaded = true")
         db2.azure.add_event(event_type="Freeze", not_before_in=600)
-        await expect(now_rows).to_have_count(2, timeout=WAIT)
-        await expect(now_rows.first).to_contain_text("db-2")  # soonest first
+        await expect(now_rows).to_have_count(3, timeout=WAIT)
+        await expect(now_rows.nth(1)).to_contain_text("db-2")  # soonest first
         assert await page.evaluate("window.notReloaded") is True
         await expect(page.locator("#live-status")).to_have_text("· live")
         await shot(page, "dashboard")
@@ -156,7 +161,7 @@ async def test_the_dashboard_live_in_chromium(
         # A phone's width: nothing wider than the screen (tables scroll inside their box).
         await page.set_viewport_size({"width": 390, "height": 844})
         await page.goto(service.url + "/")
-        await expect(now_rows).to_have_count(2)
+        await expect(now_rows).to_have_count(3)
         overflow = await page.evaluate(
             "document.documentElement.scrollWidth - document.documentElement.clientWidth"
         )

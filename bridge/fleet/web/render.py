@@ -10,7 +10,7 @@ markup is written here. Times carry a machine-readable `datetime` for the live c
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from importlib.resources import files
@@ -18,7 +18,7 @@ from string import Template
 from typing import Any, Final
 from urllib.parse import quote
 
-from bridge.fleet.state import instance_state
+from bridge.fleet.state import IN_FORCE, instance_state
 from bridge.fleet.web import views
 from bridge.fleet.web.views import DAY, Bar, Filters, Headline
 
@@ -26,6 +26,8 @@ TIMELINE_WIDTH: Final = 1000
 ROW_HEIGHT: Final = 22
 LABEL_WIDTH: Final = 170
 END: Final = ' text-anchor="end"'
+#: A zone's drill-down draws at most this many instances.
+MAX_TIMELINE_ROWS: Final = 200
 
 
 def escape(value: object) -> str:
@@ -209,6 +211,12 @@ def timeline_svg(bars: Sequence[Bar], now: float, filters: Filters) -> str:
             rows.setdefault(item.row, []).append(item)
     if not rows:
         return '<p class="empty">Nothing in the last or next 7 days.</p>'
+    hidden = max(0, len(rows) - MAX_TIMELINE_ROWS)
+    if hidden:  # rows with a notice in force first, then by name
+        ranked = sorted(
+            rows, key=lambda row: (not any(b.status in IN_FORCE for b in rows[row]), row)
+        )
+        rows = {row: rows[row] for row in ranked[:MAX_TIMELINE_ROWS]}
     height = ROW_HEIGHT * (len(rows) + 1)
     parts = [
         f'<svg id="timeline-svg" viewBox="0 0 {TIMELINE_WIDTH} {height}" role="img" '
@@ -230,31 +238,57 @@ def timeline_svg(bars: Sequence[Bar], now: float, filters: Filters) -> str:
             f'<a href="{escape(link)}"><text class="row" x="4" y="{top + 15}">'
             f"{escape(row[:24])}</text></a>"
         )
-        for item in items:
-            start, end = x(item.start), x(item.end)
-            width = max(end - start, 3.0)
-            tip = (
-                f"{item.instance}: {item.kind} {item.status} ({item.notice_id}) "
-                f"{readable(item.start)} - {readable(item.end)}"
-            )
-            parts.append(
-                f'<rect class="win k-{escape(item.kind)} s-{escape(item.status)}" '
-                f'x="{start:.1f}" y="{top + 5}" width="{width:.1f}" height="{ROW_HEIGHT - 10}">'
-                f"<title>{escape(tip)}</title></rect>"
-            )
-            for mark in item.started:
-                at = x(mark)
-                parts.append(
-                    f'<path class="mark-started" d="M{at:.1f} {top + 2}l5 9h-10z">'
-                    f"<title>started {escape(readable(mark))}</title></path>"
-                )
-            for mark in item.completed:
-                parts.append(
-                    f'<circle class="mark-completed" cx="{x(mark):.1f}" cy="{top + ROW_HEIGHT - 5}"'
-                    f' r="3.5"><title>completed {escape(readable(mark))}</title></circle>'
-                )
+        parts.extend(_row_shapes(items, top, x))
     parts.append("</svg>")
+    if hidden:
+        parts.append(
+            f'<p class="more">{hidden} more rows not drawn (those with a notice in force come '
+            "first): narrow the filters.</p>"
+        )
     return "".join(parts)
+
+
+def _row_shapes(items: Sequence[Bar], top: int, x: Callable[[float], float]) -> list[str]:
+    """One row's windows and marks. Shapes that would land on the same pixels are drawn
+    once with their count in the tooltip, so a zone of thousands of VMs stays a few hundred
+    shapes (the page stays small and fast at 10,000 instances)."""
+    windows: dict[tuple[int, int, str, str], list[Bar]] = {}
+    started: dict[int, list[float]] = {}
+    completed: dict[int, list[float]] = {}
+    for item in items:
+        start = round(x(item.start))
+        key = (start, max(round(x(item.end)), start + 3), item.kind, item.status)
+        windows.setdefault(key, []).append(item)
+        for mark in item.started:
+            started.setdefault(round(x(mark)), []).append(mark)
+        for mark in item.completed:
+            completed.setdefault(round(x(mark)), []).append(mark)
+    shapes = []
+    for (start, end, kind, status), same in windows.items():
+        first = same[0]
+        tip = (
+            f"{first.instance}: {kind} {status} ({first.notice_id}) "
+            f"{readable(first.start)} - {readable(first.end)}"
+        )
+        if len(same) > 1:
+            tip = f"{len(same)} notices, {kind} {status}, e.g. {tip}"
+        shapes.append(
+            f'<rect class="win k-{escape(kind)} s-{escape(status)}" x="{start}" y="{top + 5}" '
+            f'width="{end - start}" height="{ROW_HEIGHT - 10}"><title>{escape(tip)}</title></rect>'
+        )
+    for at, marks in started.items():
+        count = f"{len(marks)} x " if len(marks) > 1 else ""
+        shapes.append(
+            f'<path class="mark-started" d="M{at} {top + 2}l5 9h-10z">'
+            f"<title>{count}started {escape(readable(marks[0]))}</title></path>"
+        )
+    for at, marks in completed.items():
+        count = f"{len(marks)} x " if len(marks) > 1 else ""
+        shapes.append(
+            f'<circle class="mark-completed" cx="{at}" cy="{top + ROW_HEIGHT - 5}" r="3.5">'
+            f"<title>{count}completed {escape(readable(marks[0]))}</title></circle>"
+        )
+    return shapes
 
 
 def dashboard(
@@ -279,7 +313,7 @@ def dashboard(
             "</section>",
             '<section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline: last 7 days '
             f"and next 7 days, per {row_unit}</h2>",
-            timeline_svg(bars, now, filters),
+            f'<div class="scroll">{timeline_svg(bars, now, filters)}</div>',
             '<p class="legend"><span class="win-key"></span> window '
             "<span>▲</span> started <span>●</span> completed</p>",
             "</section>",

@@ -35,13 +35,12 @@ def epoch(text: str | None) -> float | None:
 
 
 def start_of(notice: Mapping[str, Any]) -> float | None:
-    """When a notice's maintenance begins: `not_before`, else its window's start, else (a
-    live migration announced only as it happens) when it was seen starting."""
-    known = epoch(notice.get("not_before") or (notice.get("window") or {}).get("start"))
-    if known is not None:
-        return known
+    """When a notice's maintenance begins: for one under way, when it was seen starting;
+    else `not_before`, else its window's start (None when the provider gave no time)."""
     started = [t["time"] for t in notice.get("transitions", ()) if t["status"] == "started"]
-    return epoch(started[0]) if started else None
+    if notice.get("status") == "started" and started:
+        return epoch(started[0])
+    return epoch(notice.get("not_before") or (notice.get("window") or {}).get("start"))
 
 
 @dataclass(frozen=True, slots=True)
