@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Final
 
@@ -60,14 +61,14 @@ def chromium_or_skip() -> Path:
     return CHROMIUM
 
 
-@pytest.fixture
-async def browser(tmp_path: Path) -> AsyncIterator[BrowserContext]:
-    """A headless Chromium with a fresh profile, at a laptop's size."""
-    executable = chromium_or_skip()
+@asynccontextmanager
+async def chromium(profile: Path) -> AsyncIterator[BrowserContext]:
+    """Debian's Chromium, headless, with the fresh profile `profile`, at a laptop's size
+    (the tests and `bench.dashboard`)."""
     async with async_playwright() as driver:
         context = await driver.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(executable),
+            str(profile),
+            executable_path=str(CHROMIUM),
             headless=True,
             args=ARGS,
             viewport={"width": 1280, "height": 900},
@@ -76,3 +77,10 @@ async def browser(tmp_path: Path) -> AsyncIterator[BrowserContext]:
             yield context
         finally:
             await context.close()
+
+
+@pytest.fixture
+async def browser(tmp_path: Path) -> AsyncIterator[BrowserContext]:
+    chromium_or_skip()
+    async with chromium(tmp_path / "chromium-profile") as context:
+        yield context

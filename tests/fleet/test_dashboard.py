@@ -127,6 +127,21 @@ async def test_the_timeline_drills_down_from_zones_to_instances(web: httpx.Async
     assert 'href="/instances/web-1"><text' not in one_zone
 
 
+async def test_the_timeline_follows_the_audit_log_between_renders(web: httpx.AsyncClient) -> None:
+    assert "web-3" not in (await web.get("/")).text  # the timeline is built and kept
+    vm = gce_vm("web-3", zone="asia-east1-a")
+    await post(
+        web,
+        transition(vm, "g-9", Status.SCHEDULED, minutes(-20), not_before=minutes(-10)),
+        transition(vm, "g-9", Status.STARTED, minutes(-10)),
+        transition(vm, "g-9", Status.COMPLETED, minutes(-5)),
+    )
+    text = (await web.get("/?zone=asia-east1-a")).text  # finished: only the log tells
+    assert "web-3: reboot completed (g-9)" in text
+    assert 'class="mark-started"' in text
+    assert 'class="mark-completed"' in text
+
+
 async def test_the_instance_page_shows_history_heartbeat_and_eligibility(
     web: httpx.AsyncClient,
 ) -> None:

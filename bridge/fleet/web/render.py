@@ -208,7 +208,7 @@ def timeline_svg(bars: Sequence[Bar], now: float, filters: Filters) -> str:
     rows: dict[str, list[Bar]] = {}
     for item in bars:
         if item.end >= left and item.start <= right:
-            rows.setdefault(item.row, []).append(item)
+            rows.setdefault(item.instance if filters.zone else item.zone, []).append(item)
     if not rows:
         return '<p class="empty">Nothing in the last or next 7 days.</p>'
     hidden = max(0, len(rows) - MAX_TIMELINE_ROWS)

@@ -14,8 +14,10 @@ Reads only: the page asks the store the same questions as `/v1/fleet/...`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from dataclasses import replace
 from importlib.resources import files
 from typing import Any, Final
 
@@ -26,8 +28,10 @@ from bridge.fleet import state
 from bridge.fleet.store import EventQuery, NoticeFilter, Store
 from bridge.fleet.web import render, views
 
-#: The newest events the timeline and an instance's history read (a bound on one render).
+#: The most events an instance's history reads (a bound on one render).
 MAX_EVENTS: Final = 50_000
+#: Audit-log rows per read while the timeline catches up.
+PAGE: Final = 10_000
 _STATIC: Final = {
     "dashboard.css": "text/css",
     "dashboard.js": "text/javascript",
@@ -41,6 +45,8 @@ class DashboardRoutes:
     def __init__(self, store: Store, horizon: float) -> None:
         self.store = store
         self.horizon = horizon
+        self.timeline = views.Timeline()
+        self._lock = asyncio.Lock()
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/", self.index)
@@ -69,7 +75,7 @@ class DashboardRoutes:
             headers={"Cache-Control": "max-age=300"},
         )
 
-    async def _options(self) -> dict[str, list[str]]:
+    async def _options(self, instances: list[dict[str, Any]]) -> dict[str, list[str]]:
         """The filters' choices: what the store knows (notices in force, instances)."""
         providers, zones, kinds = set(), set(), set()
         for provider, zone, kind, _status, _count in await self.store.notice_counts():
@@ -77,29 +83,43 @@ class DashboardRoutes:
             kinds.add(kind)
             if zone:
                 zones.add(zone)
-        for instance in await self.store.instances():
+        for instance in instances:
             providers.add(instance["provider"])
             if instance.get("zone"):
                 zones.add(instance["zone"])
         return {"provider": sorted(providers), "zone": sorted(zones), "kind": sorted(kinds)}
 
-    async def _recent(self, since: float, **query: Any) -> list[bytes]:
-        page = await self.store.events(EventQuery(since=since, limit=MAX_EVENTS, **query))
-        return [row[3] for row in page.rows]
+    async def _timeline(self, now: float) -> views.Timeline:
+        """The kept timeline, brought up to date: the events after its cursor, or a week of
+        the audit log when it is due for a rebuild (see `views.Timeline`)."""
+        async with self._lock:
+            if self.timeline.stale(now):
+                fresh = views.Timeline(built_at=now)
+                query = EventQuery(since=now - 7 * views.DAY, limit=PAGE)
+            else:
+                fresh = self.timeline
+                query = EventQuery(cursor=fresh.cursor, limit=PAGE)
+            while True:
+                page = await self.store.events(query)
+                for seq, _ingest, _received, body in page.rows:
+                    fresh.add(seq, body)
+                if page.next_cursor is None:
+                    break
+                query = replace(query, cursor=page.next_cursor)
+            self.timeline = fresh
+            return fresh
 
     async def index(self, request: web.Request) -> web.Response:
         now = time.time()
         filters = views.Filters.of(request.query)
         every = await self.store.notices(NoticeFilter())
+        instances = await self.store.instances()
         shown = views.soonest_first([n for n in every if filters.matches(n)])
         day, week = views.coming(shown, now)
-        recent: list[bytes] = []
-        for kind in contract.MAINTENANCE_TYPES:
-            recent.extend(await self._recent(now - 7 * views.DAY, type=kind))
-        bars = views.timeline(recent, every, filters, now)
-        head = views.headline(await self.store.instances(), shown, now)
+        bars = (await self._timeline(now)).select(every, filters, now)
+        head = views.headline(instances, shown, now)
         body = render.dashboard(head, shown, day, week, bars, filters, now)
-        form = render.filters_form(filters, await self._options())
+        form = render.filters_form(filters, await self._options(instances))
         text = render.page("Maintenance fleet", body, now, await self._version(now), form)
         return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})
 

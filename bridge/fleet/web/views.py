@@ -60,17 +60,34 @@ class Filters:
         return cls(value("provider"), value("zone"), value("kind"), value("q"))
 
     def matches(self, notice: Mapping[str, Any]) -> bool:
-        """Provider, zone and kind exactly; the text anywhere in the instance, notice, zone
-        or source (case-insensitive)."""
-        for key in ("provider", "zone", "kind"):
-            wanted = getattr(self, key)
-            if wanted is not None and notice.get(key) != wanted:
-                return False
+        """Whether a notice (a `Store.notices` row) passes the filters."""
+        return self.accepts(
+            notice.get("provider"),
+            notice.get("zone"),
+            notice.get("kind"),
+            (
+                notice.get("instance"),
+                notice.get("notice_id"),
+                notice.get("zone"),
+                notice.get("source"),
+            ),
+        )
+
+    def accepts(
+        self, provider: str | None, zone: str | None, kind: str | None, texts: Iterable[str | None]
+    ) -> bool:
+        """Provider, zone and kind exactly; the text anywhere in `texts` (the instance,
+        notice, zone and source; case-insensitive)."""
+        if self.provider is not None and provider != self.provider:
+            return False
+        if self.zone is not None and zone != self.zone:
+            return False
+        if self.kind is not None and kind != self.kind:
+            return False
         if self.text is None:
             return True
         needle = self.text.lower()
-        haystack = (notice.get(k) or "" for k in ("instance", "notice_id", "zone", "source"))
-        return any(needle in str(value).lower() for value in haystack)
+        return any(needle in value.lower() for value in texts if value)
 
     def query(self, **change: str | None) -> str:
         """The URL query of these filters with `change` applied ("" when none is set)."""
@@ -174,9 +191,11 @@ def sidecar_actions(notice: Mapping[str, Any]) -> list[str]:
 class Bar:
     """One notice on the timeline: its window and the marks of what happened."""
 
-    row: str
     instance: str
     notice_id: str
+    source: str
+    provider: str
+    zone: str
     kind: str
     status: str
     start: float
@@ -184,39 +203,82 @@ class Bar:
     started: list[float]
     completed: list[float]
 
+    def copy(self) -> Bar:
+        return replace(self, started=list(self.started), completed=list(self.completed))
 
-class _Timeline(msgspec.Struct):
+    def window(self, data: Mapping[str, Any]) -> None:
+        """Take the announced window of a scheduled event (or a notice in force)."""
+        window = data.get("window") or {}
+        start = epoch(data.get("not_before") or window.get("start"))
+        if start is not None:
+            self.start = start
+        end = epoch(window.get("end"))
+        length = data.get("duration_seconds") or DEFAULT_WINDOW
+        self.end = max(self.end, end if end is not None else self.start + float(length))
+
+
+class _Event(msgspec.Struct):
     type: str
     source: str
     time: str
-    data: dict[str, Any]
+    data: msgspec.Raw
 
 
-_DECODE: Final = msgspec.json.Decoder(_Timeline)
+_EVENT: Final = msgspec.json.Decoder(_Event)
+_DATA: Final = msgspec.json.Decoder(dict[str, Any])
 
 
-def timeline(
-    bodies: Iterable[bytes],
-    in_force: Iterable[Mapping[str, Any]],
-    filters: Filters,
-    now: float,
-) -> list[Bar]:
-    """The bars of the 14-day timeline from the maintenance events of the last 7 days and
-    the notices in force: one row per zone, or per instance when a zone is chosen (the
-    drill-down)."""
-    bars: dict[tuple[str, str], Bar] = {}
+class Timeline:
+    """The bars of the maintenance events of the last 7 days, kept between renders.
 
-    def bar(data: Mapping[str, Any], at: float) -> Bar:
-        instance = data.get("instance") or {}
-        name = str(instance.get("name") or "?")
-        zone = str(instance.get("zone") or "none")
-        key = (name, str(data.get("notice_id")))
-        found = bars.get(key)
+    Every render would otherwise decode a week of the audit log (60,000 events at 10,000
+    VMs: seconds); this keeps the bars and reads only the events after `cursor` (the audit
+    log's sequence). `stale` says when to build it again from the store (every
+    `REBUILD_AFTER` seconds): old bars are dropped then, and a store whose sequence commits
+    out of order (PostgreSQL under concurrent writers) cannot hide an event for longer.
+    """
+
+    REBUILD_AFTER: Final = 3600.0
+
+    def __init__(self, built_at: float = 0.0) -> None:
+        self.bars: dict[tuple[str, str], Bar] = {}
+        self.cursor = 0
+        self.built_at = built_at
+
+    def stale(self, now: float) -> bool:
+        return now - self.built_at > self.REBUILD_AFTER
+
+    def add(self, seq: int, body: bytes) -> None:
+        """One audit-log row; only maintenance transitions draw something."""
+        self.cursor = max(self.cursor, seq)
+        event = _EVENT.decode(body)
+        if event.type not in contract.MAINTENANCE_TYPES:
+            return
+        data = _DATA.decode(event.data)
+        at = epoch(event.time) or 0.0
+        found = self._bar(event.source, data, at)
+        found.status = str(data.get("status"))
+        if event.type == contract.SCHEDULED:
+            found.window(data)
+        elif event.type == contract.STARTED:
+            found.started.append(at)
+            found.start = min(found.start, at)
+            found.end = max(found.end, at + float(data.get("duration_seconds") or 0))
+        else:
+            found.completed.append(at)
+            found.end = max(found.end, at)
+
+    def _bar(self, source: str, data: Mapping[str, Any], at: float) -> Bar:
+        key = (source, str(data.get("notice_id")))
+        found = self.bars.get(key)
         if found is None:
-            found = bars[key] = Bar(
-                row=name if filters.zone else zone,
-                instance=name,
+            instance = data.get("instance") or {}
+            found = self.bars[key] = Bar(
+                instance=str(instance.get("name") or "?"),
                 notice_id=key[1],
+                source=source,
+                provider=str(data.get("provider")),
+                zone=str(instance.get("zone") or "none"),
                 kind=str(data.get("kind")),
                 status=str(data.get("status")),
                 start=at,
@@ -226,49 +288,37 @@ def timeline(
             )
         return found
 
-    def window(found: Bar, data: Mapping[str, Any]) -> None:
-        start = epoch(data.get("not_before") or (data.get("window") or {}).get("start"))
-        if start is not None:
-            found.start = start
-        end = epoch((data.get("window") or {}).get("end"))
-        length = data.get("duration_seconds") or DEFAULT_WINDOW
-        found.end = max(found.end, end if end is not None else found.start + float(length))
-
-    for body in bodies:
-        event = _DECODE.decode(body)
-        if event.type not in contract.MAINTENANCE_TYPES:
-            continue
-        data = event.data
-        if not filters.matches(_flat(data, event.source)):
-            continue
-        at = epoch(event.time) or now
-        found = bar(data, at)
-        found.status = str(data.get("status"))
-        if event.type == contract.SCHEDULED:
-            window(found, data)
-        elif event.type == contract.STARTED:
-            found.started.append(at)
-            found.start = min(found.start, at)
-            found.end = max(found.end, at + float(data.get("duration_seconds") or 0))
-        else:
-            found.completed.append(at)
-            found.end = max(found.end, at)
-    for notice in in_force:
-        if filters.matches(notice):
-            found = bar(notice["event"]["data"], epoch(notice.get("updated")) or now)
-            found.status = notice["status"]
-            window(found, notice["event"]["data"])
-    return sorted(bars.values(), key=lambda b: (b.row, b.start))
-
-
-def _flat(data: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """A maintenance event's data in the notice shape `Filters.matches` reads."""
-    instance = data.get("instance") or {}
-    return {
-        "provider": data.get("provider"),
-        "zone": instance.get("zone"),
-        "kind": data.get("kind"),
-        "instance": instance.get("name"),
-        "notice_id": data.get("notice_id"),
-        "source": source,
-    }
+    def select(
+        self, in_force: Iterable[Mapping[str, Any]], filters: Filters, now: float
+    ) -> list[Bar]:
+        """The bars that pass `filters` and touch the 14 days around `now`, with the
+        notices in force's current windows (copies: the kept bars stay as the log says)."""
+        left, right = now - 7 * DAY, now + 7 * DAY
+        chosen: dict[tuple[str, str], Bar] = {}
+        for key, bar in self.bars.items():
+            if (
+                bar.end >= left
+                and bar.start <= right
+                and filters.accepts(
+                    bar.provider,
+                    bar.zone,
+                    bar.kind,
+                    (bar.instance, bar.notice_id, bar.zone, bar.source),
+                )
+            ):
+                chosen[key] = bar
+        for notice in in_force:
+            if not filters.matches(notice):
+                continue
+            key = (notice["source"], notice["notice_id"])
+            kept = chosen.get(key) or self.bars.get(key)
+            updated = epoch(notice.get("updated")) or now
+            bar = (
+                kept.copy()
+                if kept
+                else Timeline()._bar(notice["source"], notice["event"]["data"], updated)
+            )
+            bar.status = notice["status"]
+            bar.window(notice["event"]["data"])
+            chosen[key] = bar
+        return sorted(chosen.values(), key=lambda b: (b.zone, b.instance, b.start))
