@@ -162,6 +162,11 @@ async def test_the_instance_page_shows_history_heartbeat_and_eligibility(
     assert '<dd id="sidecar-state">reporting: last heartbeat' in text
     assert '<dd id="eligibility">not eligible: ' in text
     assert "1 heartbeats not listed" in text
+    for bad in ("nan", "-1", "0", "x", "1000"):
+        answer = await web.get(f"/instances/db-1?days={bad}")
+        assert answer.status_code == 400
+        assert answer.json()["error"].startswith("days: ")
+    assert (await web.get("/instances/db-1?days=30")).status_code == 200
     unknown = (await web.get("/instances/nobody")).text
     assert "No event of this instance reached the fleet service." in unknown
 

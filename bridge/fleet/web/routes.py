@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from dataclasses import replace
 from importlib.resources import files
@@ -25,11 +26,14 @@ from aiohttp import web
 
 from bridge import contract
 from bridge.fleet import state
+from bridge.fleet.api import BadQuery
 from bridge.fleet.store import EventQuery, NoticeFilter, Store
 from bridge.fleet.web import render, views
 
 #: The most events an instance's history reads (a bound on one render).
 MAX_EVENTS: Final = 50_000
+#: How far back an instance's history may reach, days.
+MAX_DAYS: Final = 366
 #: Audit-log rows per read while the timeline catches up.
 PAGE: Final = 10_000
 _STATIC: Final = {
@@ -126,12 +130,10 @@ class DashboardRoutes:
     async def instance(self, request: web.Request) -> web.Response:
         now = time.time()
         name = request.match_info["name"]
-        try:
-            days = float(request.query.get("days", "7"))
-        except ValueError:
-            days = 7.0
+        days = _days(request.query.get("days", "7"))
         rows = await self.store.instances([name])
-        instance = rows[0] if rows else None
+        # Two VMs of one name (other projects, other clouds): the one heard from last.
+        instance = max(rows, key=lambda row: row["last_seen"] or 0.0) if rows else None
         in_force: list[dict[str, Any]] = []
         eligibility = None
         history: list[dict[str, Any]] = []
@@ -164,6 +166,17 @@ class DashboardRoutes:
         )
         text = render.page(f"{name}: maintenance fleet", body, now, await self._version(now))
         return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})
+
+
+def _days(text: str) -> float:
+    """`?days=` of the instance page: how far back its history goes."""
+    try:
+        days = float(text)
+    except ValueError:
+        days = math.nan
+    if not 0 < days <= MAX_DAYS:
+        raise BadQuery(f"days: expected a number of days, more than 0 and at most {MAX_DAYS}")
+    return days
 
 
 def _history_entry(event: dict[str, Any], ingest: str) -> dict[str, Any]:
