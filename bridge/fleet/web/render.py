@@ -327,6 +327,10 @@ def dashboard(
 # -- one instance ---------------------------------------------------------------------------
 
 
+def _yes_no(value: bool | None) -> str | None:
+    return None if value is None else ("yes" if value else "no")
+
+
 def instance_page(
     instance: Mapping[str, Any] | None,
     name: str,
@@ -352,7 +356,7 @@ def instance_page(
         ("Resource group", instance.get("resource_group")),
         ("Source", instance.get("source")),
         ("Agent version", instance.get("agent_version")),
-        ("Watcher healthy", instance.get("watcher_healthy")),
+        ("Watcher healthy", _yes_no(instance.get("watcher_healthy"))),
         ("Spool depth", instance.get("spool_depth")),
     ]
     facts_html = "".join(

@@ -1,8 +1,8 @@
 """What the dashboard shows, as plain data built from the store's answers (no HTML here).
 
 Kept apart from the rendering so the rules (what "soonest" means, which window a notice
-draws, what a filter matches) read and test on their own, and so the page and the
-benchmark share them. Every function takes `now` so a render is one consistent instant.
+draws, what a filter matches) read and test on their own. Every function takes `now`, so
+one render is one consistent instant.
 """
 
 from __future__ import annotations
@@ -272,20 +272,7 @@ class Timeline:
         key = (source, str(data.get("notice_id")))
         found = self.bars.get(key)
         if found is None:
-            instance = data.get("instance") or {}
-            found = self.bars[key] = Bar(
-                instance=str(instance.get("name") or "?"),
-                notice_id=key[1],
-                source=source,
-                provider=str(data.get("provider")),
-                zone=str(instance.get("zone") or "none"),
-                kind=str(data.get("kind")),
-                status=str(data.get("status")),
-                start=at,
-                end=at,
-                started=[],
-                completed=[],
-            )
+            found = self.bars[key] = _new_bar(source, data, at)
         return found
 
     def select(
@@ -316,9 +303,27 @@ class Timeline:
             bar = (
                 kept.copy()
                 if kept
-                else Timeline()._bar(notice["source"], notice["event"]["data"], updated)
+                else _new_bar(notice["source"], notice["event"]["data"], updated)
             )
             bar.status = notice["status"]
             bar.window(notice["event"]["data"])
             chosen[key] = bar
         return sorted(chosen.values(), key=lambda b: (b.zone, b.instance, b.start))
+
+
+def _new_bar(source: str, data: Mapping[str, Any], at: float) -> Bar:
+    """A bar for a notice first seen at `at`, from a maintenance event's data."""
+    instance = data.get("instance") or {}
+    return Bar(
+        instance=str(instance.get("name") or "?"),
+        notice_id=str(data.get("notice_id")),
+        source=source,
+        provider=str(data.get("provider")),
+        zone=str(instance.get("zone") or "none"),
+        kind=str(data.get("kind")),
+        status=str(data.get("status")),
+        start=at,
+        end=at,
+        started=[],
+        completed=[],
+    )
