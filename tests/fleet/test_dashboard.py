@@ -109,6 +109,9 @@ async def test_filters_come_from_the_url(web: httpx.AsyncClient) -> None:
     assert [row[5] for row in by_provider.body("now")] == ["db-1", "db-2"]
     by_text = await page(web, "/?q=WEB&kind=terminate")
     assert [row[5] for row in by_text.body("now")] == ["web-2"]
+    # What the form sends without JavaScript: the empty fields too, which mean "any".
+    plain = await page(web, "/?provider=&zone=&kind=&q=web-2")
+    assert [row[5] for row in plain.body("now")] == ["web-2"]
     empty = await page(web, "/?zone=nowhere")
     assert "now-empty" in empty.ids
     # The form shows the filters it was given, so a link opens the same view.

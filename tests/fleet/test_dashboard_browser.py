@@ -33,6 +33,7 @@ pytestmark = pytest.mark.slow
 
 #: Playwright's waits (ms): generous, the machine is shared.
 WAIT: Final = 30_000
+expect.set_options(timeout=WAIT)
 
 
 @contextlib.asynccontextmanager
@@ -110,7 +111,7 @@ async def test_the_dashboard_live_in_chromium(
         page.on("pageerror", crash)
         await page.goto(service.url + "/")
         now_rows = page.locator("#now tbody tr")
-        await expect(now_rows).to_have_count(2, timeout=WAIT)
+        await expect(now_rows).to_have_count(2)
         await expect(now_rows.nth(0)).to_contain_text("web-1")  # under way: first
         await expect(now_rows.nth(0)).to_contain_text("live-migrate")
         await expect(now_rows.nth(0)).to_contain_text(" ago")  # counted from its start
@@ -124,12 +125,12 @@ async def test_the_dashboard_live_in_chromium(
         before = await countdown.text_content()
         assert before is not None
         assert before.startswith("in ")
-        await expect(countdown).not_to_have_text(before, timeout=WAIT)
+        await expect(countdown).not_to_have_text(before)
 
         # A new notice arrives through db-2's sidecar: it shows up without a reload.
         await page.evaluate("window.notReloaded = true")
         db2.azure.add_event(event_type="Freeze", not_before_in=600)
-        await expect(now_rows).to_have_count(3, timeout=WAIT)
+        await expect(now_rows).to_have_count(3)
         await expect(now_rows.nth(1)).to_contain_text("db-2")  # soonest first
         assert await page.evaluate("window.notReloaded") is True
         await expect(page.locator("#live-status")).to_have_text("· live")
@@ -153,7 +154,7 @@ async def test_the_dashboard_live_in_chromium(
         await page.click("#now tbody a:text-is('db-1')")
         await expect(page.locator("#instance-name")).to_have_text("db-1")
         await expect(page.locator("#sidecar-state")).to_contain_text("reporting")
-        await expect(page.locator("#history tbody tr")).to_have_count(1, timeout=WAIT)
+        await expect(page.locator("#history tbody tr")).to_have_count(1)
         await expect(page.locator("#history")).to_contain_text("maintenance.scheduled")
         await expect(page.locator("#history")).to_contain_text("redeploy scheduled")
         await shot(page, "instance")
