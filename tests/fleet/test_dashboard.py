@@ -236,3 +236,33 @@ def test_kinds_have_a_colour_each() -> None:
     text = files("bridge.fleet.web").joinpath("static/dashboard.css").read_text("utf-8")
     for kind in Kind:
         assert f".k-{kind.value} " in text or f".k-{kind.value}{{" in text, kind
+
+
+def test_a_large_zone_stays_a_small_timeline() -> None:
+    now = NOW.timestamp()
+
+    def bar(name: str, status: str) -> views.Bar:
+        return views.Bar(
+            instance=name,
+            notice_id="n",
+            source=f"//vm/{name}",
+            provider="gce",
+            zone="z",
+            kind="reboot",
+            status=status,
+            start=now - 3600,
+            end=now,
+            started=[now - 3600],
+            completed=[now],
+        )
+
+    bars = [bar(f"vm-{i:03d}", "completed") for i in range(300)] + [bar("vm-zzz", "started")]
+    zone_row = render.timeline_svg(bars, now, views.Filters())
+    assert zone_row.count("<rect") == 2  # 300 windows on the same pixels, and one started
+    assert "300 notices, reboot completed" in zone_row
+    assert "301 x completed" in zone_row
+    assert "301 x started" in zone_row
+    per_instance = render.timeline_svg(bars, now, views.Filters(zone="z"))
+    assert per_instance.count('class="row"') == render.MAX_TIMELINE_ROWS
+    assert "/instances/vm-zzz" in per_instance  # a notice in force: drawn first
+    assert f"{301 - render.MAX_TIMELINE_ROWS} more rows not drawn" in per_instance
