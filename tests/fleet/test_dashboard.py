@@ -112,6 +112,9 @@ async def test_filters_come_from_the_url(web: httpx.AsyncClient) -> None:
     # What the form sends without JavaScript: the empty fields too, which mean "any".
     plain = await page(web, "/?provider=&zone=&kind=&q=web-2")
     assert [row[5] for row in plain.body("now")] == ["web-2"]
+    azure = (await web.get("/?provider=azure")).text  # the headline counts the view
+    assert '<dd id="reporting">2</dd>' in azure
+    assert '<dd id="silent">0</dd>' in azure
     empty = await page(web, "/?zone=nowhere")
     assert "now-empty" in empty.ids
     # The form shows the filters it was given, so a link opens the same view.

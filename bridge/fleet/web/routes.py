@@ -121,7 +121,7 @@ class DashboardRoutes:
         shown = views.soonest_first([n for n in every if filters.matches(n)])
         day, week = views.coming(shown, now)
         bars = (await self._timeline(now)).select(every, filters, now)
-        head = views.headline(instances, shown, now)
+        head = views.headline(views.instances_of(instances, filters), shown, now)
         body = render.dashboard(head, shown, day, week, bars, filters, now)
         form = render.filters_form(filters, await self._options(instances))
         text = render.page("Maintenance fleet", body, now, await self._version(now), form)

@@ -106,6 +106,18 @@ class Filters:
         return any((self.provider, self.zone, self.kind, self.text))
 
 
+def instances_of(
+    instances: Iterable[Mapping[str, Any]], filters: Filters
+) -> list[Mapping[str, Any]]:
+    """The instances a view's filters select (the kind filter is about notices: ignored)."""
+    chosen = replace(filters, kind=None)
+    return [
+        row
+        for row in instances
+        if chosen.accepts(row["provider"], row.get("zone"), None, (row["name"], row["source"]))
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Headline:
     reporting: int
