@@ -38,3 +38,8 @@ bench-fleet: $(BIN)/.installed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+# The fleet dashboard: server render and page load in Chromium at 10,000 instances.
+.PHONY: bench-dashboard
+bench-dashboard: $(BIN)/.installed
+	$(BIN)/python -m bench.dashboard

@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import psutil
 
 from bench.procs import ROOT, Proc, spawn
 from bench.stats import Summary, summarize
@@ -261,7 +262,7 @@ def render(
         "",
         f"- rows: {', '.join(f'{k} {v:,}' for k, v in sorted(counts.items()))}",
         f"- fleet service peak RSS: {rss:.0f} MiB; CPU time over the run: {cpu:.1f} s",
-        f"- host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end "
+        f"- host: {os.cpu_count()} CPUs, load average {psutil.getloadavg()[0]:.1f} at the end "
         "(the machine may be shared: compare p50s, and p99s only on a quiet host)",
         f"- ingest: {SENDERS} concurrent senders, batches of {BATCH_SIZE} "
         "(the webhook sink's batch mode), each request one store transaction (fsync)",

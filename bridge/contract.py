@@ -44,8 +44,9 @@ APPROVED: Final = TYPE_PREFIX + "approved"
 HOOK_COMPLETED: Final = "io.maintenancebridge.hook.completed"
 TEST: Final = "io.maintenancebridge.test"
 HEARTBEAT: Final = "io.maintenancebridge.agent.heartbeat"
+BUDGET_RELEASED: Final = "io.maintenancebridge.budget.released"
 
-ProviderName = Literal["gce", "azure"]
+ProviderName = Literal["gce", "azure", "aws"]
 KindName = Literal[
     "live-migrate", "terminate", "freeze", "reboot", "redeploy", "preempt", "delete", "unknown"
 ]
@@ -62,8 +63,12 @@ class _Data(msgspec.Struct, frozen=True, kw_only=True):
     """Base of the `data` shapes: immutable, keyword-only, unknown fields ignored."""
 
 
-class InstanceData(_Data, frozen=True, kw_only=True):
-    """`$defs/instance`: the VM's identity as its metadata service reports it."""
+class InstanceData(_Data, frozen=True, kw_only=True, omit_defaults=True):
+    """`$defs/instance`: the VM's identity as its metadata service reports it.
+
+    `account` and `instance_type` came with AWS (additively): written only when set, so the
+    other providers' events stay byte for byte what they were.
+    """
 
     id: str
     name: str
@@ -74,6 +79,8 @@ class InstanceData(_Data, frozen=True, kw_only=True):
     resource_group: str | None
     scale_set: str | None
     resource_id: str
+    account: str | None = None
+    instance_type: str | None = None
 
 
 class WindowData(_Data, frozen=True, kw_only=True):
@@ -113,15 +120,28 @@ class TriggerData(_Data, frozen=True, kw_only=True):
     event_type: str
 
 
-class ApprovedData(TriggerData, frozen=True, kw_only=True):
+class BudgetData(_Data, frozen=True, kw_only=True):
+    """`$defs/budget`: how a disruptive action took a slot of its group's maintenance budget
+    (docs/coordination.md)."""
+
+    group: str
+    member: str
+    outcome: Literal["acquired", "timed-out", "unavailable", "withdrawn"]
+    waited_seconds: Annotated[float, msgspec.Meta(ge=0)]
+    acquired_at: Timestamp | None
+    slot: str | None = None
+
+
+class ApprovedData(TriggerData, frozen=True, kw_only=True, omit_defaults=True):
     """`$defs/approved`: this VM sent the provider's approval (Azure StartRequests)."""
 
     approved_by: str
     rule: str
     leader: Literal["sorted-first", "self"]
+    budget: BudgetData | None = None  # with [coordination] only
 
 
-class HookCompletedData(TriggerData, frozen=True, kw_only=True):
+class HookCompletedData(TriggerData, frozen=True, kw_only=True, omit_defaults=True):
     """`$defs/hook_completed`: one run of one hook for one transition."""
 
     hook: NonEmpty
@@ -131,6 +151,24 @@ class HookCompletedData(TriggerData, frozen=True, kw_only=True):
     duration_seconds: Annotated[float, msgspec.Meta(ge=0)]
     output_tail: str
     error: str | None
+    budget: BudgetData | None = None  # a hook marked `budget = true`, with [coordination]
+
+
+class HeldSlotData(_Data, frozen=True, kw_only=True):
+    """`$defs/budget_released/properties/budget`: who held which slot from when to when."""
+
+    group: str
+    member: str
+    slot: str
+    acquired_at: Timestamp
+    released_at: Timestamp
+    held_seconds: Annotated[float, msgspec.Meta(ge=0)]
+
+
+class BudgetReleasedData(TriggerData, frozen=True, kw_only=True):
+    """`$defs/budget_released`: this VM gave its budget slot back (the notice ended)."""
+
+    budget: HeldSlotData
 
 
 class TestData(_Data, frozen=True, kw_only=True, omit_defaults=True):
@@ -157,7 +195,14 @@ class HeartbeatData(_Data, frozen=True, kw_only=True):
     spool_depth: Annotated[int, msgspec.Meta(ge=0)]
 
 
-EventData = MaintenanceData | ApprovedData | HookCompletedData | TestData | HeartbeatData
+EventData = (
+    MaintenanceData
+    | ApprovedData
+    | HookCompletedData
+    | BudgetReleasedData
+    | TestData
+    | HeartbeatData
+)
 
 #: The `data` shape of every known type: the one table a reader needs.
 DATA_TYPES: Final[Mapping[str, type[EventData]]] = {
@@ -166,6 +211,7 @@ DATA_TYPES: Final[Mapping[str, type[EventData]]] = {
     HOOK_COMPLETED: HookCompletedData,
     TEST: TestData,
     HEARTBEAT: HeartbeatData,
+    BUDGET_RELEASED: BudgetReleasedData,
 }
 #: The `$defs` entry of each data Struct (what the drift test compares).
 SCHEMA_DEFS: Final[Mapping[type[_Data], str]] = {
@@ -176,6 +222,8 @@ SCHEMA_DEFS: Final[Mapping[type[_Data], str]] = {
     HookCompletedData: "hook_completed",
     TestData: "test",
     HeartbeatData: "heartbeat",
+    BudgetData: "budget",
+    BudgetReleasedData: "budget_released",
 }
 
 

@@ -59,7 +59,11 @@ def _enums(node: Any, path: str = "") -> dict[str, list[Any]]:
             found |= _enums(value, f"{path}/{key}")
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            found |= _enums(value, f"{path}/{index}")
+            # An if/then rule is named by its condition, not its place: other additions may
+            # insert rules before it.
+            is_rule = isinstance(value, dict) and "if" in value
+            name = json.dumps(value["if"], sort_keys=True) if is_rule else str(index)
+            found |= _enums(value, f"{path}/{name}")
     return found
 
 

@@ -124,6 +124,7 @@ async def run_demo(args: argparse.Namespace) -> int:
             url = service.url
             print(
                 f"fleet service at {url}: 5 VMs (2 GCE, 3 Azure in one group) report to it\n"
+                f"  open {url}/ in a browser: the fleet dashboard\n"
                 f"  curl {url}/v1/fleet/summary\n"
                 f"  curl {url}/v1/fleet/notices\n"
                 f"  curl {url}/v1/fleet/upcoming?within=24h\n"

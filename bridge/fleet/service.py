@@ -23,6 +23,7 @@ from bridge.fleet.sources.base import Ingestor, Source
 from bridge.fleet.sources.http import HttpSource
 from bridge.fleet.sqlite_store import SqliteStore
 from bridge.fleet.store import Store, StoreError
+from bridge.fleet.web.routes import DashboardRoutes
 
 log = logging.getLogger("bridge.fleet")
 
@@ -71,6 +72,7 @@ class FleetService:
             if isinstance(source, HttpSource):
                 source.add_routes(app)
         self.api.add_routes(app)
+        DashboardRoutes(self.store, self.config.api.eligible_horizon).add_routes(app)
         return app
 
     @asynccontextmanager

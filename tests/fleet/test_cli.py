@@ -133,7 +133,7 @@ async def test_the_service_survives_kill_9_and_a_replay_doubles_nothing(tmp_path
     url = f"http://127.0.0.1:{port}"
     async with serving(config, port) as process, httpx.AsyncClient(base_url=url) as http:
         assert (await post(http)).json() == {"accepted": 3, "duplicate": 0, "invalid": 0}
-        process.send_signal(signal.SIGKILL)
+        process.kill()  # SIGKILL: no chance to finish anything
         await process.wait()
     async with serving(config, port) as process, httpx.AsyncClient(base_url=url) as http:
         assert (await post(http)).json() == {"accepted": 0, "duplicate": 3, "invalid": 0}

@@ -1,0 +1,406 @@
+"""The dashboard's HTML, written server-side so every table reads without JavaScript.
+
+Plain functions over `bridge.fleet.web.views` data that return escaped HTML strings, and
+one page template (`templates/page.html`, `string.Template`): no template engine to
+install, nothing to build. Every value from the store goes through `escape`; the only
+markup is written here. Times carry a machine-readable `datetime` for the live countdown
+(`static/dashboard.js`) and a readable text for the page without it.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from functools import cache
+from importlib.resources import files
+from string import Template
+from typing import Any, Final
+from urllib.parse import quote
+
+from bridge.fleet.state import IN_FORCE, instance_state
+from bridge.fleet.web import views
+from bridge.fleet.web.views import DAY, Bar, Filters, Headline
+
+TIMELINE_WIDTH: Final = 1000
+ROW_HEIGHT: Final = 22
+LABEL_WIDTH: Final = 170
+END: Final = ' text-anchor="end"'
+#: A zone's drill-down draws at most this many instances.
+MAX_TIMELINE_ROWS: Final = 200
+
+
+def escape(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+@cache
+def _template() -> Template:
+    text = files("bridge.fleet.web").joinpath("templates/page.html").read_text("utf-8")
+    return Template(text)
+
+
+def iso(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def readable(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def relative(seconds: float) -> str:
+    """`in 1h 05m`, `3m 12s ago`: what the countdown shows, also without JavaScript."""
+    span = abs(int(seconds))
+    days, rest = divmod(span, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        text = f"{days}d {hours:02d}h"
+    elif hours:
+        text = f"{hours}h {minutes:02d}m"
+    elif minutes:
+        text = f"{minutes}m {secs:02d}s"
+    else:
+        text = f"{secs}s"
+    return f"in {text}" if seconds >= 0 else f"{text} ago"
+
+
+def countdown(moment: float | None, now: float) -> str:
+    if moment is None:
+        return '<span class="muted">time unknown</span>'
+    return (
+        f'<time datetime="{iso(moment)}" data-countdown title="{readable(moment)}">'
+        f"{relative(moment - now)}</time>"
+    )
+
+
+def instance_link(name: str | None) -> str:
+    if not name:
+        return '<span class="muted">?</span>'
+    return f'<a href="/instances/{quote(name, safe="")}">{escape(name)}</a>'
+
+
+def page(title: str, body: str, now: float, version: str, filters: str = "") -> str:
+    return _template().substitute(
+        title=escape(title),
+        body=body,
+        filters=filters,
+        rendered_iso=iso(now),
+        rendered=readable(now),
+        version=escape(version),
+        version_url="/dashboard/version",
+    )
+
+
+# -- the dashboard ----------------------------------------------------------------------------
+
+
+def filters_form(filters: Filters, options: Mapping[str, Sequence[str]]) -> str:
+    """A GET form: the filters live in the URL, so a link or a reload shows the same view."""
+
+    def select(name: str, label: str, current: str | None) -> str:
+        choices = [f'<option value="">any {escape(label.lower())}</option>']
+        for value in options.get(name, ()):
+            chosen = " selected" if value == current else ""
+            choices.append(f'<option value="{escape(value)}"{chosen}>{escape(value)}</option>')
+        return (
+            f'<label for="f-{name}">{escape(label)}</label>'
+            f'<select id="f-{name}" name="{name}">{"".join(choices)}</select>'
+        )
+
+    clear = '<a href="/" class="clear">clear</a>' if filters.active else ""
+    return (
+        '<form class="filters" method="get" action="/" role="search" aria-label="Filters">'
+        f"{select('provider', 'Provider', filters.provider)}"
+        f"{select('zone', 'Zone', filters.zone)}"
+        f"{select('kind', 'Kind', filters.kind)}"
+        '<label for="f-q">Text</label>'
+        f'<input id="f-q" name="q" type="search" value="{escape(filters.text)}" '
+        'placeholder="instance, notice, zone">'
+        f'<button type="submit">Filter</button>{clear}</form>'
+    )
+
+
+def headline(head: Headline, now: float) -> str:
+    scheduled, started = head.by_status.get("scheduled", 0), head.by_status.get("started", 0)
+    silent = ' class="alert"' if head.silent else ""
+    if head.next_start is None:
+        following = '<span class="muted">none scheduled</span>'
+    else:
+        following = f"{countdown(head.next_start, now)} on {instance_link(head.next_instance)}"
+    return (
+        '<section aria-labelledby="h-headline"><h1 id="h-headline">Fleet at a glance</h1>'
+        '<dl class="headline">'
+        f'<div><dt>Instances reporting</dt><dd id="reporting">{head.reporting}</dd></div>'
+        f'<div{silent}><dt>Silent</dt><dd id="silent">{head.silent}</dd></div>'
+        f'<div><dt>Started</dt><dd id="started">{started}</dd></div>'
+        f'<div><dt>Scheduled</dt><dd id="scheduled">{scheduled}</dd></div>'
+        f'<div class="next"><dt>Next maintenance</dt><dd id="next">{following}</dd></div>'
+        "</dl></section>"
+    )
+
+
+def notices_table(
+    table_id: str, caption: str, notices: Sequence[dict[str, Any]], now: float
+) -> str:
+    if not notices:
+        return f'<p class="empty" id="{table_id}-empty">{escape(caption)}: none.</p>'
+    rows = []
+    for notice in notices[: views.MAX_ROWS]:
+        data = notice["event"]["data"]
+        done = views.sidecar_actions(notice)
+        kind = escape(notice["kind"])
+        rows.append(
+            f'<tr class="s-{escape(notice["status"])}" data-notice="{escape(notice["notice_id"])}">'
+            f"<td>{countdown(views.start_of(notice), now)}</td>"
+            f'<td><span class="status">{escape(notice["status"])}</span></td>'
+            f'<td><span class="kind k-{kind}">{kind}</span></td>'
+            f"<td>{escape(notice['provider'])}</td>"
+            f"<td>{escape(notice.get('zone') or '')}</td>"
+            f'<th scope="row">{instance_link(notice["instance"])}</th>'
+            f"<td>{escape(data.get('origin') or '')}</td>"
+            f"<td>{escape('; '.join(done)) if done else '<span class=muted>-</span>'}</td>"
+            "</tr>"
+        )
+    more = ""
+    if len(notices) > views.MAX_ROWS:
+        more = (
+            f'<p class="more">{len(notices) - views.MAX_ROWS} more not shown: narrow the '
+            "filters.</p>"
+        )
+    return (
+        f'<div class="scroll"><table id="{table_id}"><caption>{escape(caption)} '
+        f"({len(notices)})</caption><thead><tr>"
+        '<th scope="col">Starts</th><th scope="col">Status</th><th scope="col">Kind</th>'
+        '<th scope="col">Provider</th><th scope="col">Zone</th><th scope="col">Instance</th>'
+        '<th scope="col">Origin</th><th scope="col">Sidecar did</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{more}"
+    )
+
+
+def where_table(notices: Iterable[Mapping[str, Any]], filters: Filters) -> str:
+    zones, kinds, cells = views.where(notices)
+    if not zones:
+        return '<p class="empty">No notice in force.</p>'
+    head = "".join(f'<th scope="col">{escape(kind)}</th>' for kind in kinds)
+    rows = []
+    for zone in zones:
+        cells_html = "".join(f"<td>{cells[(zone, kind)] or ''}</td>" for kind in kinds)
+        total = sum(cells[(zone, kind)] for kind in kinds)
+        link = f'<a href="/{filters.query(zone=zone)}">{escape(zone)}</a>'
+        rows.append(f'<tr><th scope="row">{link}</th>{cells_html}<td>{total}</td></tr>')
+    return (
+        '<div class="scroll"><table id="where"><caption>Notices in force by zone and kind'
+        f'</caption><thead><tr><th scope="col">Zone</th>{head}<th scope="col">Total</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def timeline_svg(bars: Sequence[Bar], now: float, filters: Filters) -> str:
+    """Last 7 days and next 7 days: a row per zone (per instance once a zone is chosen),
+    windows as bars, started as triangles, completed as dots; `now` is the middle line."""
+    left, right = now - 7 * DAY, now + 7 * DAY
+    scale = (TIMELINE_WIDTH - LABEL_WIDTH) / (right - left)
+
+    def x(moment: float) -> float:
+        return LABEL_WIDTH + (min(max(moment, left), right) - left) * scale
+
+    rows: dict[str, list[Bar]] = {}
+    for item in bars:
+        if item.end >= left and item.start <= right:
+            rows.setdefault(item.instance if filters.zone else item.zone, []).append(item)
+    if not rows:
+        return '<p class="empty">Nothing in the last or next 7 days.</p>'
+    hidden = max(0, len(rows) - MAX_TIMELINE_ROWS)
+    if hidden:  # rows with a notice in force first, then by name
+        ranked = sorted(
+            rows, key=lambda row: (not any(b.status in IN_FORCE for b in rows[row]), row)
+        )
+        rows = {row: rows[row] for row in ranked[:MAX_TIMELINE_ROWS]}
+    height = ROW_HEIGHT * (len(rows) + 1)
+    parts = [
+        f'<svg id="timeline-svg" viewBox="0 0 {TIMELINE_WIDTH} {height}" role="img" '
+        f'aria-labelledby="h-timeline" preserveAspectRatio="xMinYMin meet">'
+    ]
+    for day in range(-7, 8):
+        at = x(now + day * DAY)
+        label = "now" if day == 0 else f"{day:+d}d"
+        parts.append(
+            f'<line class="{"now" if day == 0 else "grid"}" x1="{at:.1f}" x2="{at:.1f}" '
+            f'y1="0" y2="{height}"/><text class="tick" x="{at + 2 if day < 7 else at - 2:.1f}" '
+            f'y="{height - 6}"{END if day == 7 else ""}>'
+            f"{label}</text>"
+        )
+    for index, (row, items) in enumerate(sorted(rows.items())):
+        top = index * ROW_HEIGHT
+        link = f"/{filters.query(zone=row)}" if not filters.zone else f"/instances/{quote(row)}"
+        parts.append(
+            f'<a href="{escape(link)}"><text class="row" x="4" y="{top + 15}">'
+            f"{escape(row[:24])}</text></a>"
+        )
+        parts.extend(_row_shapes(items, top, x))
+    parts.append("</svg>")
+    if hidden:
+        parts.append(
+            f'<p class="more">{hidden} more rows not drawn (those with a notice in force come '
+            "first): narrow the filters.</p>"
+        )
+    return "".join(parts)
+
+
+def _row_shapes(items: Sequence[Bar], top: int, x: Callable[[float], float]) -> list[str]:
+    """One row's windows and marks. Shapes that would land on the same pixels are drawn
+    once with their count in the tooltip, so a zone of thousands of VMs stays a few hundred
+    shapes (the page stays small and fast at 10,000 instances)."""
+    windows: dict[tuple[int, int, str, str], list[Bar]] = {}
+    started: dict[int, list[float]] = {}
+    completed: dict[int, list[float]] = {}
+    for item in items:
+        start = round(x(item.start))
+        key = (start, max(round(x(item.end)), start + 3), item.kind, item.status)
+        windows.setdefault(key, []).append(item)
+        for mark in item.started:
+            started.setdefault(round(x(mark)), []).append(mark)
+        for mark in item.completed:
+            completed.setdefault(round(x(mark)), []).append(mark)
+    shapes = []
+    for (start, end, kind, status), same in windows.items():
+        first = same[0]
+        tip = (
+            f"{first.instance}: {kind} {status} ({first.notice_id}) "
+            f"{readable(first.start)} - {readable(first.end)}"
+        )
+        if len(same) > 1:
+            tip = f"{len(same)} notices, {kind} {status}, e.g. {tip}"
+        shapes.append(
+            f'<rect class="win k-{escape(kind)} s-{escape(status)}" x="{start}" y="{top + 5}" '
+            f'width="{end - start}" height="{ROW_HEIGHT - 10}"><title>{escape(tip)}</title></rect>'
+        )
+    for at, marks in started.items():
+        count = f"{len(marks)} x " if len(marks) > 1 else ""
+        shapes.append(
+            f'<path class="mark-started" d="M{at} {top + 2}l5 9h-10z">'
+            f"<title>{count}started {escape(readable(marks[0]))}</title></path>"
+        )
+    for at, marks in completed.items():
+        count = f"{len(marks)} x " if len(marks) > 1 else ""
+        shapes.append(
+            f'<circle class="mark-completed" cx="{at}" cy="{top + ROW_HEIGHT - 5}" r="3.5">'
+            f"<title>{count}completed {escape(readable(marks[0]))}</title></circle>"
+        )
+    return shapes
+
+
+def dashboard(
+    head: Headline,
+    in_force: Sequence[dict[str, Any]],
+    day: Sequence[dict[str, Any]],
+    week: Sequence[dict[str, Any]],
+    bars: Sequence[Bar],
+    filters: Filters,
+    now: float,
+) -> str:
+    row_unit = "instance" if filters.zone else "zone"
+    return "".join(
+        [
+            headline(head, now),
+            '<section aria-labelledby="h-now"><h2 id="h-now">Now: notices in force</h2>',
+            notices_table("now", "Notices in force, soonest first", in_force, now),
+            "</section>",
+            '<section aria-labelledby="h-coming"><h2 id="h-coming">Coming</h2>',
+            notices_table("coming-24h", "Scheduled within 24 h", day, now),
+            notices_table("coming-7d", "Scheduled in 24 h to 7 days", week, now),
+            "</section>",
+            '<section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline: last 7 days '
+            f"and next 7 days, per {row_unit}</h2>",
+            f'<div class="scroll">{timeline_svg(bars, now, filters)}</div>',
+            '<p class="legend"><span class="win-key"></span> window '
+            "<span>▲</span> started <span>●</span> completed</p>",
+            "</section>",
+            '<section aria-labelledby="h-where"><h2 id="h-where">Where</h2>',
+            where_table(in_force, filters),
+            "</section>",
+        ]
+    )
+
+
+# -- one instance ---------------------------------------------------------------------------
+
+
+def _yes_no(value: bool | None) -> str | None:
+    return None if value is None else ("yes" if value else "no")
+
+
+def instance_page(
+    instance: Mapping[str, Any] | None,
+    name: str,
+    eligibility: Mapping[str, Any] | None,
+    in_force: Sequence[dict[str, Any]],
+    history: Sequence[Mapping[str, Any]],
+    heartbeats: int,
+    days: float,
+    now: float,
+) -> str:
+    if instance is None:
+        return (
+            f'<h1 id="instance-name">{escape(name)}</h1>'
+            '<p class="empty">No event of this instance reached the fleet service.</p>'
+        )
+    state, why = instance_state(instance, now)
+    last = instance.get("last_heartbeat")
+    facts = [
+        ("Provider", instance.get("provider")),
+        ("Zone", instance.get("zone")),
+        ("Scale set", instance.get("scale_set")),
+        ("Project", instance.get("project")),
+        ("Resource group", instance.get("resource_group")),
+        ("Source", instance.get("source")),
+        ("Agent version", instance.get("agent_version")),
+        ("Watcher healthy", _yes_no(instance.get("watcher_healthy"))),
+        ("Spool depth", instance.get("spool_depth")),
+    ]
+    facts_html = "".join(
+        f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in facts if v is not None
+    )
+    beat = (
+        f"{countdown(float(last), now)} (every {escape(instance.get('heartbeat_interval'))} s)"
+        if last is not None
+        else '<span class="muted">never</span>'
+    )
+    if eligibility is None:
+        eligible_html = ""
+    else:
+        verdict = "eligible" if eligibility.get("eligible") else "not eligible"
+        eligible_html = (
+            f'<div><dt>Eligibility</dt><dd id="eligibility">{verdict}: '
+            f"{escape(eligibility.get('reason'))}</dd></div>"
+        )
+    rows = []
+    for entry in history:
+        rows.append(
+            f"<tr><td>{countdown(entry['time'], now)}</td>"
+            f'<td><time datetime="{iso(entry["time"])}">{readable(entry["time"])}</time></td>'
+            f"<td>{escape(entry['type'])}</td><td>{escape(entry['notice_id'])}</td>"
+            f"<td>{escape(entry['detail'])}</td><td>{escape(entry['ingest'])}</td></tr>"
+        )
+    history_html = (
+        '<div class="scroll"><table id="history"><caption>Events of the last '
+        f"{days:g} days, oldest first ({len(rows)}; {heartbeats} heartbeats not listed)"
+        '</caption><thead><tr><th scope="col">When</th><th scope="col">Time</th>'
+        '<th scope="col">Event</th><th scope="col">Notice</th><th scope="col">Detail</th>'
+        f'<th scope="col">Ingest</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+        if rows
+        else f'<p class="empty" id="history-empty">No maintenance event in the last {days:g} '
+        f"days ({heartbeats} heartbeats).</p>"
+    )
+    return (
+        f'<p><a href="/">← fleet</a></p><h1 id="instance-name">{escape(instance["name"])}</h1>'
+        '<section aria-labelledby="h-state"><h2 id="h-state">State</h2><dl class="facts">'
+        f'<div><dt>Sidecar</dt><dd id="sidecar-state">{escape(state)}: {escape(why)}</dd></div>'
+        f'<div><dt>Last heartbeat</dt><dd id="heartbeat">{beat}</dd></div>'
+        f"{eligible_html}{facts_html}</dl></section>"
+        '<section aria-labelledby="h-inforce"><h2 id="h-inforce">Notices in force</h2>'
+        f"{notices_table('now', 'Notices in force', in_force, now)}</section>"
+        '<section aria-labelledby="h-history"><h2 id="h-history">History (audit log)</h2>'
+        f"{history_html}</section>"
+    )

@@ -1,0 +1,213 @@
+"""The dashboard's routes on the fleet service's listener.
+
+- `GET /`: the fleet page (filters `provider`, `zone`, `kind`, `q` in the URL).
+- `GET /instances/{name}`: one instance: state, eligibility, heartbeat, its history (`days`,
+  default 7).
+- `GET /dashboard/version`: a small token that changes when the store does (and once a
+  minute, as time moves notices from "coming" to "now"); `dashboard.js` polls it and
+  re-fetches the page only when it changed, so an idle dashboard costs a COUNT, not a render.
+- `GET /static/...`: the CSS and the JavaScript, from the package (no CDN, works
+  air-gapped).
+
+Reads only: the page asks the store the same questions as `/v1/fleet/...`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import replace
+from importlib.resources import files
+from typing import Any, Final
+
+import msgspec
+from aiohttp import web
+
+from bridge import contract
+from bridge.fleet import state
+from bridge.fleet.api import BadQuery
+from bridge.fleet.store import EventQuery, NoticeFilter, Store
+from bridge.fleet.web import render, views
+
+#: The most events an instance's history reads (a bound on one render).
+MAX_EVENTS: Final = 50_000
+#: How far back an instance's history may reach, days.
+MAX_DAYS: Final = 366
+#: Audit-log rows per read while the timeline catches up.
+PAGE: Final = 10_000
+_STATIC: Final = {
+    "dashboard.css": "text/css",
+    "dashboard.js": "text/javascript",
+}
+_HTML: Final = "text/html"
+
+
+class DashboardRoutes:
+    """The HTML views over one store; `horizon` is the eligibility horizon of the API."""
+
+    def __init__(self, store: Store, horizon: float) -> None:
+        self.store = store
+        self.horizon = horizon
+        self.timeline = views.Timeline()
+        self._lock = asyncio.Lock()
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/", self.index)
+        app.router.add_get("/instances/{name}", self.instance)
+        app.router.add_get("/dashboard/version", self.version)
+        app.router.add_get("/static/{file}", self.static)
+
+    async def _version(self, now: float) -> str:
+        counts = await self.store.counts()
+        return f"{counts['events']}.{counts['rejected']}.{int(now // 60)}"
+
+    async def version(self, _request: web.Request) -> web.Response:
+        return web.json_response(
+            {"version": await self._version(time.time())}, headers={"Cache-Control": "no-store"}
+        )
+
+    async def static(self, request: web.Request) -> web.Response:
+        name = request.match_info["file"]
+        if name not in _STATIC:
+            raise web.HTTPNotFound()
+        body = files("bridge.fleet.web").joinpath(f"static/{name}").read_bytes()
+        return web.Response(
+            body=body,
+            content_type=_STATIC[name],
+            charset="utf-8",
+            headers={"Cache-Control": "max-age=300"},
+        )
+
+    async def _options(self, instances: list[dict[str, Any]]) -> dict[str, list[str]]:
+        """The filters' choices: what the store knows (notices in force, instances)."""
+        providers, zones, kinds = set(), set(), set()
+        for provider, zone, kind, _status, _count in await self.store.notice_counts():
+            providers.add(provider)
+            kinds.add(kind)
+            if zone:
+                zones.add(zone)
+        for instance in instances:
+            providers.add(instance["provider"])
+            if instance.get("zone"):
+                zones.add(instance["zone"])
+        return {"provider": sorted(providers), "zone": sorted(zones), "kind": sorted(kinds)}
+
+    async def _timeline(self, now: float) -> views.Timeline:
+        """The kept timeline, brought up to date: the events after its cursor, or a week of
+        the audit log when it is due for a rebuild (see `views.Timeline`)."""
+        async with self._lock:
+            if self.timeline.stale(now):
+                fresh = views.Timeline(built_at=now)
+                query = EventQuery(since=now - 7 * views.DAY, limit=PAGE)
+            else:
+                fresh = self.timeline
+                query = EventQuery(cursor=fresh.cursor, limit=PAGE)
+            while True:
+                page = await self.store.events(query)
+                for seq, _ingest, _received, body in page.rows:
+                    fresh.add(seq, body)
+                if page.next_cursor is None:
+                    break
+                query = replace(query, cursor=page.next_cursor)
+            self.timeline = fresh
+            return fresh
+
+    async def _notices(self, where: NoticeFilter) -> list[dict[str, Any]]:
+        """The store's notices with their current event decoded: the store hands it over as
+        received (`msgspec.Raw`, so the API writes it without re-encoding); the page reads it."""
+        found = await self.store.notices(where)
+        return [{**notice, "event": msgspec.json.decode(notice["event"])} for notice in found]
+
+    async def index(self, request: web.Request) -> web.Response:
+        now = time.time()
+        filters = views.Filters.of(request.query)
+        every = await self._notices(NoticeFilter())
+        instances = await self.store.instances()
+        shown = views.soonest_first([n for n in every if filters.matches(n)])
+        day, week = views.coming(shown, now)
+        bars = (await self._timeline(now)).select(every, filters, now)
+        head = views.headline(views.instances_of(instances, filters), shown, now)
+        body = render.dashboard(head, shown, day, week, bars, filters, now)
+        form = render.filters_form(filters, await self._options(instances))
+        text = render.page("Maintenance fleet", body, now, await self._version(now), form)
+        return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})
+
+    async def instance(self, request: web.Request) -> web.Response:
+        now = time.time()
+        name = request.match_info["name"]
+        days = _days(request.query.get("days", "7"))
+        rows = await self.store.instances([name])
+        # Two VMs of one name (other projects, other clouds): the one heard from last.
+        instance = max(rows, key=lambda row: row["last_seen"] or 0.0) if rows else None
+        in_force: list[dict[str, Any]] = []
+        eligibility = None
+        history: list[dict[str, Any]] = []
+        heartbeats = 0
+        if instance is not None:
+            in_force = await self._notices(NoticeFilter(instance=instance["source"]))
+            known = {name: instance, instance["source"]: instance}
+            answer = state.eligible(
+                [name],
+                known,
+                {instance["source"]: [n["event"] for n in in_force]},
+                now,
+                self.horizon,
+            )
+            eligibility = answer["candidates"][0]
+            page = await self.store.events(
+                EventQuery(
+                    instance=instance["source"], since=now - days * views.DAY, limit=MAX_EVENTS
+                )
+            )
+            for _seq, ingest, _received, raw in page.rows:
+                event = json.loads(raw)
+                if event["type"] == contract.HEARTBEAT:
+                    heartbeats += 1
+                    continue
+                history.append(_history_entry(event, ingest))
+            history.sort(key=lambda entry: entry["time"])  # event time, not arrival order
+        body = render.instance_page(
+            instance, name, eligibility, in_force, history, heartbeats, days, now
+        )
+        text = render.page(f"{name}: maintenance fleet", body, now, await self._version(now))
+        return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})
+
+
+def _days(text: str) -> float:
+    """`?days=` of the instance page: how far back its history goes."""
+    try:
+        days = float(text)
+    except ValueError:
+        days = math.nan
+    if not 0 < days <= MAX_DAYS:
+        raise BadQuery(f"days: expected a number of days, more than 0 and at most {MAX_DAYS}")
+    return days
+
+
+def _history_entry(event: dict[str, Any], ingest: str) -> dict[str, Any]:
+    """One row of an instance's history: when, what, which notice, and the detail."""
+    data = event.get("data") or {}
+    kind = event["type"]
+    if kind in contract.MAINTENANCE_TYPES:
+        detail = f"{data.get('kind')} {data.get('status')}"
+        not_before = views.epoch(data.get("not_before"))
+        if not_before is not None:
+            detail += f", not before {render.readable(not_before)}"
+        if data.get("description"):
+            detail += f": {data['description']}"
+    elif kind == contract.APPROVED:
+        detail = f"approved by {data.get('approved_by')} ({data.get('rule')})"
+    elif kind == contract.HOOK_COMPLETED:
+        detail = f"hook {data.get('hook')}: {data.get('outcome')} (exit {data.get('exit_code')})"
+    else:
+        detail = ""
+    short = kind.removeprefix("io.maintenancebridge.")
+    return {
+        "time": views.epoch(event.get("time")) or 0.0,
+        "type": short,
+        "notice_id": data.get("notice_id") or "",
+        "detail": detail,
+        "ingest": ingest,
+    }

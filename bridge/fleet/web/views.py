@@ -1,0 +1,341 @@
+"""What the dashboard shows, as plain data built from the store's answers (no HTML here).
+
+Kept apart from the rendering so the rules (what "soonest" means, which window a notice
+draws, what a filter matches) read and test on their own. Every function takes `now`, so
+one render is one consistent instant.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Final
+from urllib.parse import urlencode
+
+import msgspec
+
+from bridge import contract
+from bridge.fleet.state import instance_state
+
+DAY: Final = 86400.0
+#: A window without a known end is drawn this long (Azure Freeze is seconds, a reboot
+#: minutes, a live migration under a minute; an hour keeps it visible on a 14-day axis).
+DEFAULT_WINDOW: Final = 3600.0
+#: The "Now" table shows at most this many rows; the headline still counts every notice.
+MAX_ROWS: Final = 500
+
+
+def epoch(text: str | None) -> float | None:
+    """Unix seconds of an RFC 3339 time (None stays None)."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def start_of(notice: Mapping[str, Any]) -> float | None:
+    """When a notice's maintenance begins: for one under way, when it was seen starting;
+    else `not_before`, else its window's start (None when the provider gave no time)."""
+    started = [t["time"] for t in notice.get("transitions", ()) if t["status"] == "started"]
+    if notice.get("status") == "started" and started:
+        return epoch(started[0])
+    return epoch(notice.get("not_before") or (notice.get("window") or {}).get("start"))
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """The view's filters, all in the URL so a link shows the same view (None: any)."""
+
+    provider: str | None = None
+    zone: str | None = None
+    kind: str | None = None
+    text: str | None = None
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> Filters:
+        def value(key: str) -> str | None:
+            return (query.get(key) or "").strip() or None
+
+        return cls(value("provider"), value("zone"), value("kind"), value("q"))
+
+    def matches(self, notice: Mapping[str, Any]) -> bool:
+        """Whether a notice (a `Store.notices` row) passes the filters."""
+        return self.accepts(
+            notice.get("provider"),
+            notice.get("zone"),
+            notice.get("kind"),
+            (
+                notice.get("instance"),
+                notice.get("notice_id"),
+                notice.get("zone"),
+                notice.get("source"),
+            ),
+        )
+
+    def accepts(
+        self, provider: str | None, zone: str | None, kind: str | None, texts: Iterable[str | None]
+    ) -> bool:
+        """Provider, zone and kind exactly; the text anywhere in `texts` (the instance,
+        notice, zone and source; case-insensitive)."""
+        if self.provider is not None and provider != self.provider:
+            return False
+        if self.zone is not None and zone != self.zone:
+            return False
+        if self.kind is not None and kind != self.kind:
+            return False
+        if self.text is None:
+            return True
+        needle = self.text.lower()
+        return any(needle in value.lower() for value in texts if value)
+
+    def query(self, **change: str | None) -> str:
+        """The URL query of these filters with `change` applied ("" when none is set)."""
+        current = replace(self, **change)
+        pairs = {
+            "provider": current.provider,
+            "zone": current.zone,
+            "kind": current.kind,
+            "q": current.text,
+        }
+        text = urlencode({k: v for k, v in pairs.items() if v})
+        return f"?{text}" if text else ""
+
+    @property
+    def active(self) -> bool:
+        return any((self.provider, self.zone, self.kind, self.text))
+
+
+def instances_of(
+    instances: Iterable[Mapping[str, Any]], filters: Filters
+) -> list[Mapping[str, Any]]:
+    """The instances a view's filters select (the kind filter is about notices: ignored)."""
+    chosen = replace(filters, kind=None)
+    return [
+        row
+        for row in instances
+        if chosen.accepts(row["provider"], row.get("zone"), None, (row["name"], row["source"]))
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Headline:
+    reporting: int
+    silent: int
+    by_status: dict[str, int]
+    next_start: float | None
+    next_instance: str | None
+
+
+def headline(
+    instances: Iterable[Mapping[str, Any]], notices: Iterable[Mapping[str, Any]], now: float
+) -> Headline:
+    """Instances reporting / silent, notices in force by status, the next maintenance."""
+    states: Counter[str] = Counter({"reporting": 0, "silent": 0})
+    for instance in instances:
+        states[instance_state(instance, now)[0]] += 1
+    by_status: Counter[str] = Counter({"scheduled": 0, "started": 0})
+    upcoming: list[tuple[float, str]] = []
+    for notice in notices:
+        by_status[notice["status"]] += 1
+        start = start_of(notice)
+        if notice["status"] == "scheduled" and start is not None and start >= now:
+            upcoming.append((start, notice["instance"]))
+    first = min(upcoming, default=None)
+    return Headline(
+        states["reporting"],
+        states["silent"],
+        dict(by_status),
+        first[0] if first else None,
+        first[1] if first else None,
+    )
+
+
+def soonest_first(notices: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Started notices first (they are happening), then by start; unknown starts last."""
+
+    def key(notice: dict[str, Any]) -> tuple[int, float]:
+        start = start_of(notice)
+        if notice["status"] == "started":
+            return (0, start or 0.0)
+        return (1, start) if start is not None else (2, 0.0)
+
+    return sorted(notices, key=key)
+
+
+def coming(
+    notices: Iterable[dict[str, Any]], now: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Scheduled notices starting within 24 h, and between 24 h and 7 days, soonest first."""
+    day, week = [], []
+    for notice in soonest_first(n for n in notices if n["status"] == "scheduled"):
+        start = start_of(notice)
+        if start is None or start < now:
+            continue
+        if start <= now + DAY:
+            day.append(notice)
+        elif start <= now + 7 * DAY:
+            week.append(notice)
+    return day, week
+
+
+def where(notices: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str], Counter[Any]]:
+    """Zones, kinds and (zone, kind) counts of the notices in force."""
+    cells: Counter[tuple[str, str]] = Counter()
+    for notice in notices:
+        cells[(notice.get("zone") or "none", notice["kind"])] += 1
+    zones = sorted({zone for zone, _ in cells})
+    kinds = sorted({kind for _, kind in cells})
+    return zones, kinds, cells
+
+
+def sidecar_actions(notice: Mapping[str, Any]) -> list[str]:
+    """What the VM's sidecar did about a notice: approvals and hook runs, in order."""
+    done = []
+    for approval in notice.get("approvals", ()):
+        done.append(f"approved ({approval.get('rule', '?')})")
+    for hook in notice.get("hooks", ()):
+        done.append(f"{hook.get('hook', 'hook')}: {hook.get('outcome', '?')}")
+    return done
+
+
+@dataclass(slots=True)
+class Bar:
+    """One notice on the timeline: its window and the marks of what happened."""
+
+    instance: str
+    notice_id: str
+    source: str
+    provider: str
+    zone: str
+    kind: str
+    status: str
+    start: float
+    end: float
+    started: list[float]
+    completed: list[float]
+
+    def copy(self) -> Bar:
+        return replace(self, started=list(self.started), completed=list(self.completed))
+
+    def window(self, data: Mapping[str, Any]) -> None:
+        """Take the announced window of a scheduled event (or a notice in force)."""
+        window = data.get("window") or {}
+        start = epoch(data.get("not_before") or window.get("start"))
+        if start is not None:
+            self.start = start
+        end = epoch(window.get("end"))
+        length = data.get("duration_seconds") or DEFAULT_WINDOW
+        self.end = max(self.end, end if end is not None else self.start + float(length))
+
+
+class _Event(msgspec.Struct):
+    type: str
+    source: str
+    time: str
+    data: msgspec.Raw
+
+
+_EVENT: Final = msgspec.json.Decoder(_Event)
+_DATA: Final = msgspec.json.Decoder(dict[str, Any])
+
+
+class Timeline:
+    """The bars of the maintenance events of the last 7 days, kept between renders.
+
+    Every render would otherwise decode a week of the audit log (60,000 events at 10,000
+    VMs: seconds); this keeps the bars and reads only the events after `cursor` (the audit
+    log's sequence). `stale` says when to build it again from the store (every
+    `REBUILD_AFTER` seconds): old bars are dropped then, and a store whose sequence commits
+    out of order (PostgreSQL under concurrent writers) cannot hide an event for longer.
+    """
+
+    REBUILD_AFTER: Final = 3600.0
+
+    def __init__(self, built_at: float = 0.0) -> None:
+        self.bars: dict[tuple[str, str], Bar] = {}
+        self.cursor = 0
+        self.built_at = built_at
+
+    def stale(self, now: float) -> bool:
+        return now - self.built_at > self.REBUILD_AFTER
+
+    def add(self, seq: int, body: bytes) -> None:
+        """One audit-log row; only maintenance transitions draw something."""
+        self.cursor = max(self.cursor, seq)
+        event = _EVENT.decode(body)
+        if event.type not in contract.MAINTENANCE_TYPES:
+            return
+        data = _DATA.decode(event.data)
+        at = epoch(event.time) or 0.0
+        found = self._bar(event.source, data, at)
+        found.status = str(data.get("status"))
+        if event.type == contract.SCHEDULED:
+            found.window(data)
+        elif event.type == contract.STARTED:
+            found.started.append(at)
+            found.start = min(found.start, at)
+            found.end = max(found.end, at + float(data.get("duration_seconds") or 0))
+        else:
+            found.completed.append(at)
+            found.end = max(found.end, at)
+
+    def _bar(self, source: str, data: Mapping[str, Any], at: float) -> Bar:
+        key = (source, str(data.get("notice_id")))
+        found = self.bars.get(key)
+        if found is None:
+            found = self.bars[key] = _new_bar(source, data, at)
+        return found
+
+    def select(
+        self, in_force: Iterable[Mapping[str, Any]], filters: Filters, now: float
+    ) -> list[Bar]:
+        """The bars that pass `filters` and touch the 14 days around `now`, with the
+        notices in force's current windows (copies: the kept bars stay as the log says)."""
+        left, right = now - 7 * DAY, now + 7 * DAY
+        chosen: dict[tuple[str, str], Bar] = {}
+        for key, bar in self.bars.items():
+            if (
+                bar.end >= left
+                and bar.start <= right
+                and filters.accepts(
+                    bar.provider,
+                    bar.zone,
+                    bar.kind,
+                    (bar.instance, bar.notice_id, bar.zone, bar.source),
+                )
+            ):
+                chosen[key] = bar
+        for notice in in_force:
+            if not filters.matches(notice):
+                continue
+            key = (notice["source"], notice["notice_id"])
+            kept = chosen.get(key) or self.bars.get(key)
+            updated = epoch(notice.get("updated")) or now
+            bar = (
+                kept.copy()
+                if kept
+                else _new_bar(notice["source"], notice["event"]["data"], updated)
+            )
+            bar.status = notice["status"]
+            bar.window(notice["event"]["data"])
+            chosen[key] = bar
+        return sorted(chosen.values(), key=lambda b: (b.zone, b.instance, b.start))
+
+
+def _new_bar(source: str, data: Mapping[str, Any], at: float) -> Bar:
+    """A bar for a notice first seen at `at`, from a maintenance event's data."""
+    instance = data.get("instance") or {}
+    return Bar(
+        instance=str(instance.get("name") or "?"),
+        notice_id=str(data.get("notice_id")),
+        source=source,
+        provider=str(data.get("provider")),
+        zone=str(instance.get("zone") or "none"),
+        kind=str(data.get("kind")),
+        status=str(data.get("status")),
+        start=at,
+        end=at,
+        started=[],
+        completed=[],
+    )

@@ -1,0 +1,271 @@
+"""The fleet dashboard's HTML over HTTP, read the way a browser without JavaScript reads it.
+
+The same small fleet as tests/fleet/test_api.py, posted through `POST /v1/events`; the
+page's tables are parsed with the standard library's HTML parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from html.parser import HTMLParser
+from importlib.resources import files
+from typing import Any
+
+import httpx
+import pytest
+
+from bridge.fleet.web import render, views
+from bridge.model import Kind, Status
+from tests.fleet.conftest import FleetFactory
+from tests.fleet.factories import approval, gce_vm, heartbeat, hook_run, transition
+from tests.fleet.test_api import DB1, FLEET, NOW, minutes
+
+BATCH = {"content-type": "application/cloudevents-batch+json"}
+
+
+class Tables(HTMLParser):
+    """Rows (lists of cell texts) of every `<table id=...>`, headers included."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.ids: set[str] = set()
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.add(str(found["id"]))
+        if tag == "table":
+            self._table = str(found.get("id"))
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._table and self._cell is not None:
+            self.tables[self._table][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def body(self, table: str) -> list[list[str]]:
+        return self.tables[table][1:]
+
+
+async def post(http: httpx.AsyncClient, *bodies: bytes) -> None:
+    answer = await http.post("/v1/events", content=b"[" + b",".join(bodies) + b"]", headers=BATCH)
+    assert answer.status_code == 200, answer.text
+
+
+@pytest.fixture
+async def web(fleet_service: FleetFactory) -> AsyncIterator[httpx.AsyncClient]:
+    async with fleet_service() as service, httpx.AsyncClient(base_url=service.url) as http:
+        await post(http, *FLEET)
+        yield http
+
+
+async def page(http: httpx.AsyncClient, path: str) -> Tables:
+    answer = await http.get(path)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/html")
+    return Tables(answer.text)
+
+
+async def test_the_page_reads_without_javascript(web: httpx.AsyncClient) -> None:
+    found = await page(web, "/")
+    # Started first, then by start time; a scheduled notice of unknown time last.
+    assert [row[5] for row in found.body("now")] == ["web-1", "db-1", "db-2", "web-2"]
+    assert found.tables["now"][0] == [
+        "Starts",
+        "Status",
+        "Kind",
+        "Provider",
+        "Zone",
+        "Instance",
+        "Origin",
+        "Sidecar did",
+    ]
+    assert [row[5] for row in found.body("coming-24h")] == ["db-1", "db-2"]
+    assert "coming-7d-empty" in found.ids
+    where = {row[0]: row[1:] for row in found.body("where")}
+    assert where["europe-west1-b"] == ["", "", "1", "1"]  # live-migrate, reboot, terminate
+    assert where["1"] == ["", "2", "", "2"]
+    for figure, expected in (("reporting", "4"), ("silent", "1"), ("started", "1")):
+        assert f'<dd id="{figure}">{expected}</dd>' in (await web.get("/")).text
+
+
+async def test_filters_come_from_the_url(web: httpx.AsyncClient) -> None:
+    by_provider = await page(web, "/?provider=azure")
+    assert [row[5] for row in by_provider.body("now")] == ["db-1", "db-2"]
+    by_text = await page(web, "/?q=WEB&kind=terminate")
+    assert [row[5] for row in by_text.body("now")] == ["web-2"]
+    # What the form sends without JavaScript: the empty fields too, which mean "any".
+    plain = await page(web, "/?provider=&zone=&kind=&q=web-2")
+    assert [row[5] for row in plain.body("now")] == ["web-2"]
+    azure = (await web.get("/?provider=azure")).text  # the headline counts the view
+    assert '<dd id="reporting">2</dd>' in azure
+    assert '<dd id="silent">0</dd>' in azure
+    empty = await page(web, "/?zone=nowhere")
+    assert "now-empty" in empty.ids
+    # The form shows the filters it was given, so a link opens the same view.
+    text = (await web.get("/?provider=azure&q=db")).text
+    assert '<option value="azure" selected>' in text
+    assert 'name="q" type="search" value="db"' in text
+
+
+async def test_the_timeline_drills_down_from_zones_to_instances(web: httpx.AsyncClient) -> None:
+    zones = (await web.get("/")).text
+    assert '<a href="/?zone=1"><text class="row" x="4" y="15">1</text></a>' in zones
+    assert "db-2: reboot completed (ev-0)" in zones  # finished within the last 7 days
+    one_zone = (await web.get("/?zone=1")).text
+    assert '<a href="/instances/db-1"><text class="row"' in one_zone
+    assert '<a href="/instances/db-2"><text class="row"' in one_zone
+    assert 'href="/instances/web-1"><text' not in one_zone
+
+
+async def test_the_timeline_follows_the_audit_log_between_renders(web: httpx.AsyncClient) -> None:
+    assert "web-3" not in (await web.get("/")).text  # the timeline is built and kept
+    vm = gce_vm("web-3", zone="asia-east1-a")
+    await post(
+        web,
+        transition(vm, "g-9", Status.SCHEDULED, minutes(-20), not_before=minutes(-10)),
+        transition(vm, "g-9", Status.STARTED, minutes(-10)),
+        transition(vm, "g-9", Status.COMPLETED, minutes(-5)),
+    )
+    text = (await web.get("/?zone=asia-east1-a")).text  # finished: only the log tells
+    assert "web-3: reboot completed (g-9)" in text
+    assert 'class="mark-started"' in text
+    assert 'class="mark-completed"' in text
+
+
+async def test_the_instance_page_shows_history_heartbeat_and_eligibility(
+    web: httpx.AsyncClient,
+) -> None:
+    scheduled = transition(DB1, "ev-1", Status.SCHEDULED, minutes(-5), not_before=minutes(10))
+    await post(web, approval(scheduled, minutes(-4)), hook_run(scheduled, minutes(-3)))
+    found = await page(web, "/instances/db-1")
+    assert [row[2:5] for row in found.body("history")] == [
+        [
+            "maintenance.scheduled",
+            "ev-1",
+            f"reboot scheduled, not before {minutes(10):%Y-%m-%d %H:%M} UTC",
+        ],
+        ["maintenance.approved", "ev-1", "approved by vm (preset)"],
+        ["hook.completed", "ev-1", "hook drain: succeeded (exit 0)"],
+    ]
+    assert found.body("now")[0][7] == "approved (preset); drain: succeeded"
+    text = (await web.get("/instances/db-1")).text
+    assert '<dd id="sidecar-state">reporting: last heartbeat' in text
+    assert '<dd id="eligibility">not eligible: ' in text
+    assert "1 heartbeats not listed" in text
+    for bad in ("nan", "-1", "0", "x", "1000"):
+        answer = await web.get(f"/instances/db-1?days={bad}")
+        assert answer.status_code == 400
+        assert answer.json()["error"].startswith("days: ")
+    assert (await web.get("/instances/db-1?days=30")).status_code == 200
+    unknown = (await web.get("/instances/nobody")).text
+    assert "No event of this instance reached the fleet service." in unknown
+
+
+async def test_the_version_moves_with_the_store(web: httpx.AsyncClient) -> None:
+    first = (await web.get("/dashboard/version")).json()["version"]
+    await post(web, heartbeat(gce_vm("new-1"), NOW))
+    second = (await web.get("/dashboard/version")).json()["version"]
+    assert first != second
+    assert f'data-version="{second}"' in (await web.get("/")).text
+
+
+async def test_assets_ship_in_the_package(web: httpx.AsyncClient) -> None:
+    css = await web.get("/static/dashboard.css")
+    assert css.headers["content-type"].startswith("text/css")
+    assert "prefers-color-scheme: dark" in css.text
+    script = await web.get("/static/dashboard.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert (await web.get("/static/../api.py")).status_code == 404
+    assert (await web.get("/static/nothing.js")).status_code == 404
+    text = (await web.get("/")).text
+    assert "http://" not in text.split("<main")[0]  # no CDN: every asset is our own
+
+
+def test_store_text_is_escaped() -> None:
+    notice: dict[str, Any] = {
+        "notice_id": "<b>n</b>",
+        "instance": "<script>alert(1)</script>",
+        "provider": "gce",
+        "zone": '"z"',
+        "kind": "reboot",
+        "status": "scheduled",
+        "not_before": None,
+        "window": None,
+        "event": {"data": {"origin": "<i>"}},
+        "transitions": [],
+    }
+    text = render.notices_table("t", "caption", [notice], NOW.timestamp())
+    assert "<script>" not in text
+    assert "<b>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "/instances/%3Cscript%3Ealert%281%29%3C%2Fscript%3E" in text
+
+
+def test_a_notice_under_way_counts_from_when_it_started() -> None:
+    started = (NOW - timedelta(minutes=2)).isoformat()
+    estimate = (NOW + timedelta(minutes=1)).isoformat()  # GCE's estimated not_before
+    notice = {
+        "status": "started",
+        "not_before": estimate,
+        "transitions": [{"status": "started", "time": started}],
+    }
+    assert views.start_of(notice) == (NOW - timedelta(minutes=2)).timestamp()
+    assert (
+        views.start_of({**notice, "status": "scheduled"})
+        == (NOW + timedelta(minutes=1)).timestamp()
+    )
+    assert render.relative(-125) == "2m 05s ago"
+    assert render.relative(3 * 3600 + 60) == "in 3h 01m"
+    assert render.relative(2 * 86400 + 3600) == "in 2d 01h"
+
+
+def test_kinds_have_a_colour_each() -> None:
+    text = files("bridge.fleet.web").joinpath("static/dashboard.css").read_text("utf-8")
+    for kind in Kind:
+        assert f".k-{kind.value} " in text or f".k-{kind.value}{{" in text, kind
+
+
+def test_a_large_zone_stays_a_small_timeline() -> None:
+    now = NOW.timestamp()
+
+    def bar(name: str, status: str) -> views.Bar:
+        return views.Bar(
+            instance=name,
+            notice_id="n",
+            source=f"//vm/{name}",
+            provider="gce",
+            zone="z",
+            kind="reboot",
+            status=status,
+            start=now - 3600,
+            end=now,
+            started=[now - 3600],
+            completed=[now],
+        )
+
+    bars = [bar(f"vm-{i:03d}", "completed") for i in range(300)] + [bar("vm-zzz", "started")]
+    zone_row = render.timeline_svg(bars, now, views.Filters())
+    assert zone_row.count("<rect") == 2  # 300 windows on the same pixels, and one started
+    assert "300 notices, reboot completed" in zone_row
+    assert "301 x completed" in zone_row
+    assert "301 x started" in zone_row
+    per_instance = render.timeline_svg(bars, now, views.Filters(zone="z"))
+    assert per_instance.count('class="row"') == render.MAX_TIMELINE_ROWS
+    assert "/instances/vm-zzz" in per_instance  # a notice in force: drawn first
+    assert f"{301 - render.MAX_TIMELINE_ROWS} more rows not drawn" in per_instance
