@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge import __version__
-from bridge.backoff import for_humans
 from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
-from bridge.spool import SpoolError
+from bridge.infra.backoff import for_humans
+from bridge.pipeline.spool import SpoolError
 
 if TYPE_CHECKING:
     from bridge.runner import ProviderName
@@ -83,7 +83,7 @@ def _add_fleet_parser(commands: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bridge.coordination import elect_args as elect_cli
+    from bridge.actions.coordination import elect_args as elect_cli
     from bridge.simulator import cli as simulator_cli
 
     parser = argparse.ArgumentParser(
@@ -239,7 +239,8 @@ def _add_service_parser(commands: Any) -> None:
 
 
 def _service(args: argparse.Namespace) -> int:
-    from bridge import platform, service
+    from bridge import service
+    from bridge.infra import platform
 
     try:
         manager = platform.service_manager()
@@ -275,7 +276,7 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
     hooks under a running spool is where events get lost or doubled, and a restart (which
     delivers what is in flight and resumes from the checkpoints) applies a change safely.
     """
-    from bridge import platform
+    from bridge.infra import platform
 
     requests: list[str] = []
 
@@ -298,7 +299,7 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
 
 async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> ProviderName | None:
     """Detect the cloud, retrying with backoff; None when asked to stop first."""
-    from bridge.watchers.detect import DetectionError, detect
+    from bridge.providers.detect import DetectionError, detect
 
     delay = 2.0
     while not stop.is_set():
@@ -316,12 +317,12 @@ async def _run(
     config: Config, stop: asyncio.Event | None = None, *, handle_signals: bool = True
 ) -> int:
     """The sidecar until `stop` is set (or a signal asks; a Windows service stops it)."""
-    from bridge import statelock
-    from bridge.health import HealthMonitor
-    from bridge.listener import ListenerError
-    from bridge.routes import serving
+    from bridge.infra import statelock
+    from bridge.pipeline.spool import Spool
     from bridge.runner import Bridge, build_sinks, watcher_factory
-    from bridge.spool import Spool
+    from bridge.surface.health import HealthMonitor
+    from bridge.surface.listener import ListenerError
+    from bridge.surface.routes import serving
 
     stop = stop or asyncio.Event()
     if handle_signals:
@@ -369,9 +370,9 @@ async def serve(path: Path | None, stop: asyncio.Event) -> int:
 
 
 async def _once(config: Config) -> int:
-    from bridge.events import serialize, to_cloudevent
+    from bridge.pipeline.events import serialize, to_cloudevent
+    from bridge.providers.detect import DetectionError, detect
     from bridge.runner import watcher_factory
-    from bridge.watchers.detect import DetectionError, detect
 
     try:
         provider = await detect(config.source)
@@ -385,12 +386,12 @@ async def _once(config: Config) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    from bridge import statelock
-    from bridge.health import HealthMonitor
-    from bridge.routes import serving
+    from bridge.infra import statelock
+    from bridge.pipeline.spool import Spool
     from bridge.runner import Bridge, WatcherFactory, watcher_factory
     from bridge.simulator import Simulator
-    from bridge.spool import Spool
+    from bridge.surface.health import HealthMonitor
+    from bridge.surface.routes import serving
     from sinks.stdout import StdoutSink
 
     async with Simulator(provider="all", scenario=args.scenario, speed=args.speed) as sim:
@@ -447,7 +448,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 async def _doctor(args: argparse.Namespace, config: Config, source: Path | None) -> int:
-    from bridge.doctor import Doctor, render
+    from bridge.surface.doctor import Doctor, render
 
     doctor = Doctor(config, source, args.timeout)
     findings = await doctor.run(send_test_event=args.send_test_event)
@@ -458,7 +459,7 @@ async def _doctor(args: argparse.Namespace, config: Config, source: Path | None)
 async def _spool(args: argparse.Namespace, config: Config) -> int:
     import datetime as dt
 
-    from bridge.spool import Spool
+    from bridge.pipeline.spool import Spool
 
     spool = Spool(config.state.dir, config.sink_names())
     if not spool.path.exists():
@@ -510,7 +511,7 @@ def _utf8_stdout() -> None:
 
 
 async def _elect(args: argparse.Namespace, config: Config) -> int:
-    from bridge.coordination import elect
+    from bridge.actions.coordination import elect
 
     return await elect.main(args, config.coordination)
 
@@ -518,14 +519,14 @@ async def _elect(args: argparse.Namespace, config: Config) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from bridge import logs
+    from bridge.infra import logs
 
     logs.setup(args.log_format, args.verbose)
     _utf8_stdout()
     command: str = args.command
     try:
         if command == "schema":
-            from bridge.events import schema_text
+            from bridge.pipeline.events import schema_text
 
             sys.stdout.write(schema_text())
             return EXIT_OK
@@ -559,7 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return EXIT_OK
         if command == "spool":
-            from bridge.secrets import placeholders_for_missing
+            from bridge.infra.secrets import placeholders_for_missing
 
             with placeholders_for_missing():  # the spool commands need the sinks' names only
                 config, source = _load(args.config)

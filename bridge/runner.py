@@ -19,17 +19,17 @@ from typing import Any, Literal
 
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.actions import Actions
-from bridge.backoff import for_humans
+from bridge.actions.engine import Actions
 from bridge.config import Config
-from bridge.dispatch import Dispatcher
-from bridge.events import TYPE_PREFIX, parse, serialize, to_cloudevent
-from bridge.heartbeat import Heartbeats
-from bridge.model import Instance, Notice, Status
-from bridge.spool import NewEvent, Spool, SpoolError
-from bridge.watchers.base import Update, Watcher
+from bridge.infra.backoff import for_humans
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import TYPE_PREFIX, parse, serialize, to_cloudevent
+from bridge.pipeline.heartbeat import Heartbeats
+from bridge.pipeline.model import Instance, Notice, Status
+from bridge.pipeline.spool import NewEvent, Spool, SpoolError
+from bridge.pipeline.watchers.base import Update, Watcher
 from sinks import registry
-from sinks.base import Sink
+from sinks.api import Sink
 
 log = logging.getLogger("bridge")
 
@@ -46,11 +46,11 @@ def watcher_factory(
     `client_options` go to the metadata client (tests shorten its backoff). Every watcher
     the function builds shares one `RequestStats`, so the metrics survive a rebuild.
     """
-    from bridge.watchers.http import RequestStats
+    from bridge.pipeline.watchers.http import RequestStats
 
     client_options.setdefault("stats", RequestStats())
     if provider == "gce":
-        from bridge.watchers import gce
+        from bridge.providers.gce import watcher as gce
 
         def build_gce(checkpoint: dict[str, Any] | None) -> Watcher:
             client = gce.new_client(config.source.gce, **client_options)
@@ -58,14 +58,14 @@ def watcher_factory(
 
         return build_gce
     if provider == "aws":
-        from bridge.watchers import aws
+        from bridge.providers.aws import watcher as aws
 
         def build_aws(checkpoint: dict[str, Any] | None) -> Watcher:
             client = aws.new_client(config.source.aws, **client_options)
             return aws.AwsWatcher(client, config.source.aws, checkpoint)
 
         return build_aws
-    from bridge.watchers import azure
+    from bridge.providers.azure import watcher as azure
 
     def build_azure(checkpoint: dict[str, Any] | None) -> Watcher:
         client = azure.new_client(config.source.azure, **client_options)
@@ -139,7 +139,7 @@ class Bridge:
 
     async def _approve(self, event_id: str) -> None:
         """POST StartRequests through the Azure watcher running now (it may be rebuilt)."""
-        from bridge.watchers.azure import AzureWatcher
+        from bridge.providers.azure.watcher import AzureWatcher
 
         watcher = self.watchers.get("azure")
         if not isinstance(watcher, AzureWatcher):

@@ -14,7 +14,7 @@ dispatcher retries, and a retry re-signs the same bytes with the same `webhook-i
 fresh `webhook-timestamp` (receivers reject stale timestamps, so re-sending an old signature
 would be refused after five minutes of outage).
 
-One HTTP/1.1 client per sink (`bridge.http1`, h11 over asyncio streams, chosen for its
+One HTTP/1.1 client per sink (`bridge.infra.http1`, h11 over asyncio streams, chosen for its
 per-request cost: it is what bounds a backlog drain): keep-alive and connection reuse, TLS
 verification always on (custom CA bundle optional), and nothing read from the process
 environment (HTTP_PROXY, SSL_CERT_FILE, .netrc), so nothing outside this sink's own keys can
@@ -41,13 +41,22 @@ from cloudevents.core.bindings.http import to_binary
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import serialize
-from bridge.http1 import Http1Client, RequestTimeoutError, Response, TransportError
-from bridge.secrets import Secret
-from bridge.timeparse import TimeParseError, parse_time
-from bridge.validation import FieldError, HttpUrl
+from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
+from bridge.infra.timeparse import TimeParseError, parse_time
 from sinks import _webhook_signing as signing
-from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
+from sinks.api import (
+    FieldError,
+    Health,
+    HttpUrl,
+    Ok,
+    Reject,
+    Result,
+    Retry,
+    Secret,
+    Sink,
+    SinkConfig,
+    serialize,
+)
 
 log = logging.getLogger("sinks.webhook")
 

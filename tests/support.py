@@ -22,11 +22,11 @@ import psutil
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import Config, parse_config
-from bridge.events import EVENT_TYPES, as_dict, schema
+from bridge.pipeline.events import EVENT_TYPES, as_dict, schema
+from bridge.pipeline.spool import Spool
 from bridge.runner import Bridge, ProviderName, WatcherFactory, watcher_factory
 from bridge.simulator import Simulator, SimulatorThread
 from bridge.simulator.group import AzureGroup
-from bridge.spool import Spool
 from sinks.base import Result
 from sinks.memory import MemorySink
 

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 
 from bridge.config import Listener as ListenerSettings
-from bridge.health import HealthMonitor
-from bridge.routes import serving
 from bridge.runner import Bridge, ProviderName
 from bridge.simulator import Simulator
-from bridge.status_api import eligibility
+from bridge.surface.health import HealthMonitor
+from bridge.surface.routes import serving
+from bridge.surface.status_api import eligibility
 from tests.support import CheckedSink, eventually, running_bridge
 
 AZURE: tuple[ProviderName, ...] = ("azure",)

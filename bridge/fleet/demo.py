@@ -45,8 +45,8 @@ def _bridge(
     fleet_url: str,
     secret: str,
 ) -> Any:
+    from bridge.pipeline.spool import Spool
     from bridge.runner import Bridge, build_sinks, watcher_factory
-    from bridge.spool import Spool
 
     config = parse_config(
         {

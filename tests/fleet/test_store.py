@@ -11,7 +11,7 @@ import pytest
 
 from bridge.fleet.sqlite_store import SqliteStore
 from bridge.fleet.store import Batch, EventQuery, NoticeFilter, Refused
-from bridge.model import Kind, Status
+from bridge.pipeline.model import Kind, Status
 from tests.fleet.factories import (
     T0,
     approval,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import as_dict
+from bridge.pipeline.events import as_dict
 from sinks.base import Ok, Reject, Retry, Sink, SinkClosedError
 from tests.factories import sample_events
 

@@ -20,10 +20,10 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import ConfigError
-from bridge.dispatch import Dispatcher
-from bridge.events import as_dict, parse, serialize
-from bridge.spool import NewEvent, Spool
-from bridge.validation import validate
+from bridge.infra.validation import validate
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import as_dict, parse, serialize
+from bridge.pipeline.spool import NewEvent, Spool
 from sinks import pubsub
 from sinks.base import Ok, Reject, Retry, Sink
 from tests.factories import fleet_events, instance, per_source, sample_events

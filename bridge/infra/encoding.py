@@ -1,0 +1,34 @@
+"""The wire format: structured-mode JSON CloudEvents (`application/cloudevents+json`).
+
+What the spool stores and what every sink sends or reads back. It knows nothing of the
+maintenance contract (that is `bridge.contract` and `bridge.pipeline.events`), so the sink
+plug-ins (`sinks.api`) use it without importing the pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+
+_FORMAT: Final = JSONFormat()
+
+
+def serialize(event: CloudEvent) -> bytes:
+    """Structured-mode JSON (`application/cloudevents+json`): what the spool stores."""
+    return _FORMAT.write(event)
+
+
+def parse(body: bytes | str) -> CloudEvent:
+    """Read back what `serialize` wrote (or any structured-mode JSON CloudEvent)."""
+    event = _FORMAT.read(None, body)
+    assert isinstance(event, CloudEvent)
+    return event
+
+
+def as_dict(event: CloudEvent) -> dict[str, Any]:
+    """The event as the JSON object consumers see (what the schema validates)."""
+    result: dict[str, Any] = json.loads(serialize(event))
+    return result
