@@ -317,9 +317,8 @@ async def _run(
     config: Config, stop: asyncio.Event | None = None, *, handle_signals: bool = True
 ) -> int:
     """The sidecar until `stop` is set (or a signal asks; a Windows service stops it)."""
+    from bridge.compose import compose
     from bridge.infra import statelock
-    from bridge.pipeline.spool import Spool
-    from bridge.runner import Bridge, build_sinks, watcher_factory
     from bridge.surface.health import HealthMonitor
     from bridge.surface.listener import ListenerError
     from bridge.surface.routes import serving
@@ -335,11 +334,7 @@ async def _run(
                 provider = await _detect_until_stopped(config, stop)
                 if provider is None:
                     return EXIT_OK
-                sinks = build_sinks(config)
-                spool = Spool(
-                    config.state.dir, [sink.name for sink in sinks], config.delivery.max_pending
-                )
-                bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
+                bridge = compose(config, [provider])
                 monitor.attach(bridge)
                 checks = asyncio.create_task(monitor.run_sink_checks(), name="sink-checks")
                 try:
@@ -386,9 +381,9 @@ async def _once(config: Config) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    from bridge.compose import compose
     from bridge.infra import statelock
-    from bridge.pipeline.spool import Spool
-    from bridge.runner import Bridge, WatcherFactory, watcher_factory
+    from bridge.providers import registry as providers
     from bridge.simulator import Simulator
     from bridge.surface.health import HealthMonitor
     from bridge.surface.routes import serving
@@ -412,13 +407,7 @@ async def _demo(args: argparse.Namespace) -> int:
                 }
             )
             sink = StdoutSink("stdout", pretty=args.pretty)
-            spool = Spool(Path(state_dir), [sink.name])
-            factories: dict[str, WatcherFactory] = {
-                "gce": watcher_factory(config, "gce"),
-                "azure": watcher_factory(config, "azure"),
-                "aws": watcher_factory(config, "aws"),
-            }
-            bridge = Bridge(config, factories, [sink], spool)
+            bridge = compose(config, providers.names(), [sink])
             monitor = HealthMonitor()
             monitor.attach(bridge)
             stop = asyncio.Event()

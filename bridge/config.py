@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal, Self
 import msgspec
 
 from bridge.actions.coordination.settings import Coordination
+from bridge.contract import ProviderName
 from bridge.infra import platform
 from bridge.infra.validation import ConfigError as ConfigError
 from bridge.infra.validation import FieldError, HttpUrl, render_path, validate_into
@@ -97,7 +98,7 @@ class AwsSource(_Section, frozen=True, kw_only=True):
 
 
 class Source(_Section, frozen=True, kw_only=True):
-    provider: Literal["auto", "gce", "azure", "aws"] = "auto"
+    provider: Literal["auto", ProviderName] = "auto"
     detect_timeout: Positive = 2.0
     gce: GceSource = GceSource()
     azure: AzureSource = AzureSource()
@@ -141,7 +142,7 @@ class Hook(_Section, frozen=True, kw_only=True):
     command: Annotated[tuple[str, ...], msgspec.Meta(min_length=1)]
     statuses: tuple[NoticeStatus, ...] = ()
     kinds: tuple[NoticeKind, ...] = ()
-    providers: tuple[Literal["gce", "azure", "aws"], ...] = ()
+    providers: tuple[ProviderName, ...] = ()
     timeout: Positive = 60.0  # seconds; then the process group dies
     #: Finish this many seconds before not_before.
     deadline_before: NonNegative | None = None

@@ -15,12 +15,13 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.actions.engine import Actions
 from bridge.config import Config
+from bridge.contract import ProviderName as ProviderName
 from bridge.infra.backoff import for_humans
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import TYPE_PREFIX, parse, serialize, to_cloudevent
@@ -28,12 +29,12 @@ from bridge.pipeline.heartbeat import Heartbeats
 from bridge.pipeline.model import Instance, Notice, Status
 from bridge.pipeline.spool import NewEvent, Spool, SpoolError
 from bridge.pipeline.watchers.base import Update, Watcher
+from bridge.providers import registry as providers
 from sinks import registry
 from sinks.api import Sink
 
 log = logging.getLogger("bridge")
 
-ProviderName = Literal["gce", "azure", "aws"]
 WatcherFactory = Callable[[dict[str, Any] | None], Watcher]
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -41,7 +42,8 @@ Sleep = Callable[[float], Awaitable[None]]
 def watcher_factory(
     config: Config, provider: ProviderName, **client_options: Any
 ) -> WatcherFactory:
-    """A function that builds the provider's watcher from a checkpoint.
+    """A function that builds the provider's watcher (`bridge.providers.registry`) from a
+    checkpoint.
 
     `client_options` go to the metadata client (tests shorten its backoff). Every watcher
     the function builds shares one `RequestStats`, so the metrics survive a rebuild.
@@ -49,29 +51,12 @@ def watcher_factory(
     from bridge.pipeline.watchers.http import RequestStats
 
     client_options.setdefault("stats", RequestStats())
-    if provider == "gce":
-        from bridge.providers.gce import watcher as gce
+    plugin = providers.get(provider)
 
-        def build_gce(checkpoint: dict[str, Any] | None) -> Watcher:
-            client = gce.new_client(config.source.gce, **client_options)
-            return gce.GceWatcher(client, config.source.gce, checkpoint)
+    def build(checkpoint: dict[str, Any] | None) -> Watcher:
+        return plugin.watcher(config, checkpoint, **client_options)
 
-        return build_gce
-    if provider == "aws":
-        from bridge.providers.aws import watcher as aws
-
-        def build_aws(checkpoint: dict[str, Any] | None) -> Watcher:
-            client = aws.new_client(config.source.aws, **client_options)
-            return aws.AwsWatcher(client, config.source.aws, checkpoint)
-
-        return build_aws
-    from bridge.providers.azure import watcher as azure
-
-    def build_azure(checkpoint: dict[str, Any] | None) -> Watcher:
-        client = azure.new_client(config.source.azure, **client_options)
-        return azure.AzureWatcher(client, config.source.azure, checkpoint)
-
-    return build_azure
+    return build
 
 
 def build_sinks(config: Config) -> list[Sink]:

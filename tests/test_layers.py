@@ -31,6 +31,7 @@ LAYERS: dict[str, str] = {
     "bridge.providers": "providers",
     "bridge.actions": "actions",
     "bridge.runner": "runner",
+    "bridge.compose": "runner",
     "bridge.surface": "surface",
     "bridge.simulator": "simulator",
     "bridge.fleet": "fleet",
@@ -46,7 +47,7 @@ ALLOWED: dict[str, set[str]] = {
     "infra": set(),
     "sinks-api": {"infra", "sinks"},
     "sinks": {"infra", "sinks-api"},
-    "config": {"infra", "sinks-api"},
+    "config": {"infra", "contract", "sinks-api"},
     "pipeline": {"infra", "contract", "config", "sinks-api"},
     "providers": {"infra", "contract", "config", "pipeline"},
     "actions": {"infra", "contract", "config", "pipeline", "providers"},
@@ -188,3 +189,12 @@ def test_the_contract_reads_events_without_the_sidecars_dependencies() -> None:
     tops = {t.split(".")[0] for _, t in imports(source)}
     assert not tops & {"aiohttp", "h11", "tenacity", "sinks"}
     assert not [t for _, t in imports(source) if t.startswith("bridge.")]
+
+
+def test_the_provider_registry_lists_the_contracts_providers() -> None:
+    """One source of truth: the registry's names are the contract's `ProviderName`, and every
+    registered provider loads and says its own name."""
+    from bridge.providers import registry
+
+    registry._check()
+    assert [registry.get(name).name for name in registry.names()] == list(registry.names())

@@ -3,16 +3,20 @@
 Used by the metadata client (retrying the metadata service) and by the dispatcher (retrying
 a sink), so the two cannot drift apart. How a Retry-After reaches the policy differs: the
 metadata client raises it inside an exception, a sink returns it inside a `Retry` result;
-`retry_after` reads either from tenacity's retry state.
+`retry_after` reads either from tenacity's retry state. Both read the header itself with
+`parse_retry_after`, the one parser of it (seconds or an HTTP date).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from tenacity import AsyncRetrying, RetryCallState, stop_never, wait_exponential_jitter
 from tenacity.retry import retry_base
+
+from bridge.infra.timeparse import TimeParseError, parse_time
 
 #: A server asking us to wait longer than this is not taken literally.
 MAX_RETRY_AFTER: Final = 3600.0
@@ -64,3 +68,18 @@ def for_humans(seconds: float) -> str:
     if seconds < 10:
         return f"{seconds:.1f}s".replace(".0s", "s")
     return f"{seconds:.0f}s"
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header (delta-seconds or an HTTP date) as seconds from now; None when
+    absent or unreadable (the policy's own delay then applies)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = parse_time(value)  # an HTTP date; one without a zone is UTC
+    except TimeParseError:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

@@ -14,15 +14,15 @@ import os
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from bridge.config import Config
+from bridge.contract import ProviderName
 from bridge.infra.findings import Finding as Finding
 from bridge.infra.findings import Verdict as Verdict
 from bridge.pipeline.model import Instance
 from bridge.pipeline.spool import DB_NAME, integrity
 from bridge.pipeline.watchers.base import Watcher
-from bridge.pipeline.watchers.http import MetadataClient, MetadataError
 from sinks.api import Ok, Reject, Sink
 
 T = TypeVar("T")
@@ -71,7 +71,7 @@ class Doctor:
         await self._sinks(send_test_event)
         return self.findings
 
-    async def _detect(self) -> Literal["gce", "azure", "aws"] | None:
+    async def _detect(self) -> ProviderName | None:
         from bridge.providers.detect import DetectionError, detect
 
         source = self.config.source
@@ -90,52 +90,16 @@ class Doctor:
         self.note("cloud", "ok", f"{provider} ({how})")
         return provider
 
-    def _watcher(self, provider: Literal["gce", "azure", "aws"]) -> Watcher:
+    def _watcher(self, provider: ProviderName) -> Watcher:
         from bridge.runner import watcher_factory
 
         return watcher_factory(self.config, provider, retry_initial=0.2, retry_max=1.0)(None)
 
-    async def _metadata(self, provider: Literal["gce", "azure", "aws"]) -> None:
+    async def _metadata(self, provider: ProviderName) -> None:
         """One plain request to the key the bridge watches, with the vendor's header rules."""
-        from bridge.providers.azure import watcher as azure
-        from bridge.providers.gce import watcher as gce
+        from bridge.providers import registry
 
-        if provider == "aws":
-            await self._aws_metadata()
-            return
-
-        client: MetadataClient
-        if provider == "gce":
-            client = gce.new_client(self.config.source.gce, timeout=self.timeout)
-            path, params, header = gce.MAINTENANCE_EVENT, None, " with Metadata-Flavor: Google"
-        else:
-            client = azure.new_client(self.config.source.azure, timeout=self.timeout)
-            path = "scheduledevents"
-            params = {"api-version": self.config.source.azure.api_version}
-            header = ""
-        try:
-            response = await client.request_once("GET", path, params=params)
-        except MetadataError as exc:
-            fix = "check that nothing (a proxy, a firewall, a container network) sits between "
-            fix += "this host and the metadata service"
-            if provider == "azure":
-                fix += "; the first Scheduled Events call after a while can take up to 2 minutes"
-            self.note("metadata", "fail", f"{client.base_url}{path}: {exc}", fix)
-            return
-        finally:
-            await client.aclose()
-        self.note(
-            "metadata",
-            "ok",
-            f"{client.base_url}{path}: HTTP {response.status}{header}, no redirect, no proxy",
-        )
-
-    async def _aws_metadata(self) -> None:
-        """The IMDSv2 token PUT, then one read with it (bridge/providers/aws/imds.py)."""
-        from bridge.providers.aws import imds as aws_imds
-
-        verdict, detail, fix = await aws_imds.check(self.config.source.aws, self.timeout)
-        self.note("metadata", verdict, detail, fix)
+        self.findings.append(await registry.get(provider).check_metadata(self.config, self.timeout))
 
     async def _identity_and_notices(self, watcher: Watcher) -> None:
         try:

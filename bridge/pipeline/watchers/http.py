@@ -19,7 +19,8 @@ from typing import Any
 
 from tenacity import RetryCallState, retry_if_exception_type
 
-from bridge.infra.backoff import for_humans, forever
+from bridge.infra.backoff import for_humans, forever, parse_retry_after
+from bridge.infra.findings import Finding
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.infra.prometheus import Histogram
 
@@ -281,8 +282,7 @@ class MetadataClient:
 
 
 def _retry_after(response: Response) -> float | None:
-    value = response.headers.get("retry-after", "").strip()
-    return float(value) if value.isascii() and value.isdigit() else None
+    return parse_retry_after(response.headers.get("retry-after"))
 
 
 def _log_retry(state: RetryCallState) -> None:
@@ -299,4 +299,47 @@ def _log_retry(state: RetryCallState) -> None:
         state.attempt_number,
         for_humans(delay),
         exc,
+    )
+
+
+async def probe_once(
+    what: str, url: str, path: str, headers: dict[str, str], timeout: float, **params: str
+) -> tuple[Response | None, str]:
+    """Detection's one GET (no redirect, no proxy, no retry): the answer, or None and why.
+
+    `what` names the service in the reason ("GCE metadata server at <url>: ...").
+    """
+    client = Http1Client(url, timeout=timeout, user_agent=USER_AGENT, headers=headers)
+    try:
+        return await client.request("GET", path, params=params), ""
+    except TransportError as exc:
+        return None, f"{what} at {url}: {type(exc).__name__} {exc}".strip()
+    finally:
+        await client.aclose()
+
+
+async def check_once(
+    client: MetadataClient,
+    path: str,
+    params: Mapping[str, str] | None,
+    header: str,
+    extra_fix: str,
+) -> Finding:
+    """`doctor`'s metadata line: one plain request to the key the bridge watches.
+
+    `header` says which vendor header the answer carried; `extra_fix` adds the provider's
+    own hint to the fix of a failure. Closes `client`.
+    """
+    try:
+        response = await client.request_once("GET", path, params=params)
+    except MetadataError as exc:
+        fix = "check that nothing (a proxy, a firewall, a container network) sits between "
+        fix += "this host and the metadata service" + extra_fix
+        return Finding("metadata", "fail", f"{client.base_url}{path}: {exc}", fix)
+    finally:
+        await client.aclose()
+    return Finding(
+        "metadata",
+        "ok",
+        f"{client.base_url}{path}: HTTP {response.status}{header}, no redirect, no proxy",
     )
