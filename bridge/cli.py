@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from bridge import __version__
 from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
-from bridge.infra.backoff import for_humans
 from bridge.pipeline.spool import SpoolError
 
 if TYPE_CHECKING:
@@ -299,18 +298,24 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
 
 async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> ProviderName | None:
     """Detect the cloud, retrying with backoff; None when asked to stop first."""
+    from bridge.infra.backoff import retry_logger, retry_until_done
     from bridge.providers.detect import DetectionError, detect
 
-    delay = 2.0
-    while not stop.is_set():
-        try:
-            return await detect(config.source)
-        except DetectionError as exc:
-            log.error("%s\nretrying in %s", exc, for_humans(delay))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, 60.0)
-    return None
+    async def attempt() -> ProviderName | None:
+        return None if stop.is_set() else await detect(config.source)
+
+    async def until_stopped(delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+
+    return await retry_until_done(
+        attempt,
+        retry_on=DetectionError,
+        initial=2.0,
+        maximum=60.0,
+        before_sleep=retry_logger(log, "no cloud detected"),
+        sleep=until_stopped,
+    )
 
 
 async def _run(

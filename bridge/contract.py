@@ -29,6 +29,8 @@ from urllib.parse import unquote
 
 import msgspec
 
+#: The version of the `data` schema: it names the schema file (`bridge.pipeline.events`) and
+#: ends SCHEMA_URI (a literal, the type of `dataschema`; tests/test_layers.py checks they agree).
 SCHEMA_VERSION: Final = 1
 SCHEMA_URI: Final = "https://maintenancebridge.io/schemas/maintenance-event/v1.json"
 CONTENT_TYPE: Final = "application/json"

@@ -22,7 +22,7 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.actions.engine import Actions
 from bridge.config import Config
 from bridge.contract import ProviderName as ProviderName
-from bridge.infra.backoff import for_humans
+from bridge.infra.backoff import for_humans, retry_logger, retry_until_done
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import TYPE_PREFIX, parse, serialize, to_cloudevent
 from bridge.pipeline.heartbeat import Heartbeats
@@ -118,9 +118,7 @@ class Bridge:
             retry_initial=delivery.retry_initial,
             retry_max=delivery.retry_max,
         )
-        self.actions = Actions(
-            self.config, self.spool, self._approve, self._is_scheduled, self.dispatcher.notify
-        )
+        self.actions = Actions(self.config, self.spool, self._approve, self._is_scheduled)
 
     async def _approve(self, event_id: str) -> None:
         """POST StartRequests through the Azure watcher running now (it may be rebuilt)."""
@@ -149,22 +147,17 @@ class Bridge:
         for notice, row in zip(update.notices, rows, strict=True):
             ended = notice.status in (Status.COMPLETED, Status.CANCELLED)
             in_force[f"{name}\t{notice.notice_id}"] = None if ended else row.body
-        delay = 0.5
-        while True:
-            try:
-                await self.spool.commit(
-                    rows, {name: update.checkpoint}, plan=plan, in_force=in_force
-                )
-                return events, plan
-            except SpoolError as exc:
-                log.error(
-                    "cannot spool %d notice(s), retrying in %s: %s",
-                    len(rows),
-                    for_humans(delay),
-                    exc,
-                )
-                await self.sleep(delay)
-                delay = min(delay * 2, 30.0)
+        await retry_until_done(
+            lambda: self.spool.commit(
+                rows, {name: update.checkpoint}, plan=plan, in_force=in_force
+            ),
+            retry_on=SpoolError,
+            initial=0.5,
+            maximum=30.0,
+            before_sleep=retry_logger(log, f"cannot spool {len(rows)} notice(s)"),
+            sleep=self.sleep,
+        )
+        return events, plan
 
     def _remember(self, name: str, notice: Notice, event: CloudEvent) -> None:
         key = (name, notice.notice_id)
@@ -195,7 +188,6 @@ class Bridge:
                             describe(notice),
                             extra={"event_id": event.get_id(), "event_type": event.get_type()},
                         )
-                    self.dispatcher.notify()
                     self.actions.planned(plan)
                     self.actions.observed(events)
                     delay = 1.0

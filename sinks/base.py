@@ -87,9 +87,6 @@ class Sink(abc.ABC):
             return Ok()
         return await self._publish(batch)
 
-    async def flush(self, timeout: float) -> None:
-        """Wait, at most `timeout` seconds, for anything the sink buffers itself."""
-
     async def close(self, timeout: float) -> None:
         """Flush within `timeout` and release the connection; safe to call twice."""
         if self._closed:

@@ -198,3 +198,12 @@ def test_the_provider_registry_lists_the_contracts_providers() -> None:
 
     registry._check()
     assert [registry.get(name).name for name in registry.names()] == list(registry.names())
+
+
+def test_the_schema_version_names_the_schema_and_ends_its_uri() -> None:
+    from bridge import contract
+    from bridge.pipeline import events
+
+    assert contract.SCHEMA_URI.endswith(f"/v{contract.SCHEMA_VERSION}.json")
+    assert f"maintenance-event.v{contract.SCHEMA_VERSION}.json" == events.SCHEMA_FILE
+    assert events.schema()["$id"] == contract.SCHEMA_URI

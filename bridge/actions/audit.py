@@ -24,7 +24,6 @@ HOOK_COMPLETED: Final = "io.maintenancebridge.hook.completed"
 APPROVED: Final = "io.maintenancebridge.maintenance.approved"
 TEST: Final = "io.maintenancebridge.test"
 BUDGET_RELEASED: Final = "io.maintenancebridge.budget.released"
-AUDIT_TYPES: Final = (HOOK_COMPLETED, APPROVED, TEST, BUDGET_RELEASED)
 #: The output tail a hook.completed event carries, at most (the log gets more).
 OUTPUT_TAIL_BYTES: Final = 4096
 

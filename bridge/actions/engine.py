@@ -35,7 +35,7 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.actions import approval, audit, hooks
 from bridge.actions.coordination.hooks import last_useful_start, refusal
 from bridge.config import Config
-from bridge.infra.backoff import for_humans
+from bridge.infra.backoff import retry_logger, retry_until_done
 from bridge.pipeline.approver import ApprovalRejected
 from bridge.pipeline.events import as_dict, parse, serialize
 from bridge.pipeline.spool import NewEvent, Spool, SpoolError
@@ -77,7 +77,6 @@ class Actions:
         spool: Spool,
         approve: Approve,
         is_scheduled: IsScheduled,
-        committed: Callable[[], None],
         *,
         clock: Clock = _now,
         retry_delay: float = 0.5,
@@ -86,7 +85,6 @@ class Actions:
         self._spool = spool
         self._approve = approve
         self._is_scheduled = is_scheduled
-        self._committed = committed
         self._clock = clock
         self._retry_delay = retry_delay
         self._hooks = {hook.display_name(): hook for hook in config.hooks}
@@ -228,11 +226,6 @@ class Actions:
         rows = await self._spool.actions(("posting", "approved"))
         return {row.key.split("\t")[2] for row in rows if row.key.startswith("approve\t")}
 
-    async def wait_idle(self) -> None:
-        """Until every action started so far is done (tests)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
     # -- running ----------------------------------------------------------------------------
 
     def _schedule(self, key: str, detail: dict[str, Any], *, resumed: bool) -> None:
@@ -280,17 +273,13 @@ class Actions:
     async def _commit(self, events: Sequence[CloudEvent], states: dict[str, str]) -> None:
         """Spool audit events and action states together, retrying a failing disk."""
         rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
-        delay = self._retry_delay
-        while True:
-            try:
-                await self._spool.commit(rows, states=states)
-                break
-            except SpoolError as exc:
-                log.error("cannot record action state, retrying in %s: %s", for_humans(delay), exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
-        if rows:
-            self._committed()
+        await retry_until_done(
+            lambda: self._spool.commit(rows, states=states),
+            retry_on=SpoolError,
+            initial=self._retry_delay,
+            maximum=30.0,
+            before_sleep=retry_logger(log, "cannot record action state"),
+        )
 
     async def _run_hook(self, key: str, name: str, event: dict[str, Any]) -> None:
         trigger = audit.Trigger.of(event)
@@ -368,32 +357,37 @@ class Actions:
                     grant.waited_seconds,
                     grant.group,
                 )
-        delay = self._retry_delay
-        while True:
+
+        async def attempt() -> bool:
+            """One try: True once approved, False when it is over without an approval."""
             if not self._is_scheduled(event["source"], notice_id):
                 log.info("not approving %s: it is no longer Scheduled", notice_id)
                 await self._commit([], {key: "withdrawn"})
                 self.approvals[(detail["rule"], "withdrawn")] += 1
-                return
+                return False
             await self._commit([], {key: "posting"})
             if resumed:
                 log.info("approving %s again: the last run stopped during its POST", notice_id)
             try:
                 await self._approve(notice_id)
-                break
             except ApprovalRejected as exc:
                 log.warning("approval of %s refused: %s", notice_id, exc)
                 await self._commit([], {key: "rejected"})
                 self.approvals[(detail["rule"], "rejected")] += 1
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "cannot approve %s yet (%s); retrying in %s", notice_id, exc, for_humans(delay)
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                return False
+            return True
+
+        approved_now = await retry_until_done(
+            attempt,
+            retry_on=Exception,
+            initial=self._retry_delay,
+            maximum=30.0,
+            before_sleep=retry_logger(
+                log, f"cannot approve {notice_id} yet", level=logging.WARNING
+            ),
+        )
+        if not approved_now:
+            return
         config = self._config.approval
         log.info("approved %s (%s, leader = %s)", notice_id, detail["rule"], config.leader)
         approved = audit.approved(

@@ -9,14 +9,24 @@ metadata client raises it inside an exception, a sink returns it inside a `Retry
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Final
+from collections.abc import Awaitable, Callable, Collection
+from typing import Final, TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, stop_never, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_exponential_jitter,
+)
 from tenacity.retry import retry_base
 
 from bridge.infra.timeparse import TimeParseError, parse_time
+
+T = TypeVar("T")
 
 #: A server asking us to wait longer than this is not taken literally.
 MAX_RETRY_AFTER: Final = 3600.0
@@ -59,6 +69,67 @@ def forever(
         before_sleep=before_sleep,
         reraise=True,
     )
+
+
+def retry_logger(
+    logger: logging.Logger,
+    what: str,
+    *,
+    level: int = logging.ERROR,
+    quiet: int | None = None,
+    loud: Collection[int] = (1,),
+    every: int = 0,
+) -> Callable[[RetryCallState], None]:
+    """The one retry log line: "<what> (attempt N), retrying in <delay>: <error>".
+
+    Without `quiet` every attempt logs at `level`; with it, only the attempts in `loud` and
+    every `every`-th do, the others at `quiet` (a retry storm does not flood the log, and a
+    long outage still shows now and then).
+    """
+
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        delay = state.next_action.sleep if state.next_action else 0.0
+        attempt = state.attempt_number
+        shown = quiet is None or attempt in loud or (every > 0 and attempt % every == 0)
+        logger.log(
+            level if shown or quiet is None else quiet,
+            "%s (attempt %d), retrying in %s: %s",
+            what,
+            attempt,
+            for_humans(delay),
+            exc,
+        )
+
+    return before_sleep
+
+
+async def retry_until_done(
+    call: Callable[[], Awaitable[T]],
+    *,
+    retry_on: type[Exception] | tuple[type[Exception], ...],
+    initial: float,
+    maximum: float,
+    before_sleep: Callable[[RetryCallState], None],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """`call` until it returns, retried on `retry_on` by this policy: the helper of every
+    loop that must not give up (spooling a notice, recording an action, an approval,
+    detecting the cloud). Cancellation ends it; another exception propagates."""
+    retrying = forever(
+        retry_if_exception_type(retry_on),
+        initial,
+        maximum,
+        lambda _state: None,
+        sleep=sleep,
+        before_sleep=before_sleep,
+    )
+    # Not `await retrying(call)`: tenacity runs a plain function (a lambda returning a
+    # coroutine) without awaiting what it returns.
+    async for attempt in retrying:
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
 
 def for_humans(seconds: float) -> str:

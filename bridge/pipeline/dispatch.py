@@ -29,7 +29,7 @@ from typing import Final, TypeVar
 
 from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
 
-from bridge.infra.backoff import for_humans, forever
+from bridge.infra.backoff import for_humans, forever, retry_logger
 from bridge.infra.encoding import parse
 from bridge.pipeline.spool import Spool, Spooled, SpoolError
 from sinks.api import Ok, Reject, Result, Retry, Sink
@@ -81,13 +81,15 @@ class Dispatcher:
         self._retry_initial = retry_initial
         self._retry_max = retry_max
         self._sleep = sleep or asyncio.sleep
-        self._wakeups = {sink.name: asyncio.Event() for sink in self.sinks}
+        #: One per worker, set by the spool on every commit that adds events (and by `notify`).
+        self._wakeups = {sink.name: spool.new_events() for sink in self.sinks}
         self._stopping = asyncio.Event()
         self.stats = {sink.name: SinkStats() for sink in self.sinks}
         self._tasks: list[asyncio.Task[None]] = []
 
     def notify(self) -> None:
-        """New events were committed: wake every worker."""
+        """Wake every worker (a start, a stop, another process's commit; the spool wakes
+        them itself on its own commits)."""
         for wakeup in self._wakeups.values():
             wakeup.set()
 
@@ -252,22 +254,9 @@ class Dispatcher:
         retry waits like a sink retry, up to `retry_max`. Raises `_Stop` on shutdown.
         """
 
-        def before_sleep(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            delay = state.next_action.sleep if state.next_action else 0.0
-            level = logging.ERROR if state.attempt_number in (1, 10) else logging.INFO
-            if state.attempt_number % 100 == 0:
-                level = logging.ERROR
-            log.log(
-                level,
-                "sink %s: cannot %s (attempt %d), retrying in %s: %s",
-                sink,
-                what,
-                state.attempt_number,
-                for_humans(delay),
-                exc,
-            )
-
+        before_sleep = retry_logger(
+            log, f"sink {sink}: cannot {what}", quiet=logging.INFO, loud=(1, 10), every=100
+        )
         retrying = forever(
             retry_if_exception_type(SpoolError),
             self._retry_initial,

@@ -32,7 +32,7 @@ from bridge.infra.encoding import parse as parse
 from bridge.infra.encoding import serialize as serialize
 from bridge.pipeline.model import Notice, Window
 
-SCHEMA_FILE: Final = "maintenance-event.v1.json"
+SCHEMA_FILE: Final = f"maintenance-event.v{SCHEMA_VERSION}.json"
 EVENT_TYPES: Final = MAINTENANCE_TYPES
 
 # Fixed forever: changing it would change every event id ever emitted.

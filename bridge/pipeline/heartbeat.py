@@ -119,4 +119,3 @@ class Heartbeats:
             return
         finally:
             self.sent += 1
-        bridge.dispatcher.notify()

@@ -184,6 +184,8 @@ class Spool:
         #: Whether reading and writing work right now (for readiness and liveness).
         self.reads = SpoolHealth()
         self.writes = SpoolHealth()
+        #: Set by every commit that adds events (see `new_events`).
+        self._new_events: list[asyncio.Event] = []
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -377,7 +379,18 @@ class Spool:
                 self.overflowed[sink],
                 sink,
             )
+        if events:
+            for signal in self._new_events:
+                signal.set()
         return added
+
+    def new_events(self) -> asyncio.Event:
+        """An event this spool sets whenever a commit adds events: the dispatcher waits on
+        it, so whoever commits (a watcher's update, an action's audit event, a heartbeat)
+        never has to tell the dispatcher. The waiter clears it before reading."""
+        signal = asyncio.Event()
+        self._new_events.append(signal)
+        return signal
 
     async def ack(self, sink: str, seqs: Sequence[int]) -> None:
         def _ack(db: sqlite3.Connection) -> None:

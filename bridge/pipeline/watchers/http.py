@@ -15,11 +15,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from tenacity import RetryCallState, retry_if_exception_type
 
-from bridge.infra.backoff import for_humans, forever, parse_retry_after
+from bridge.infra.backoff import forever, parse_retry_after, retry_logger
 from bridge.infra.findings import Finding
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.infra.prometheus import Histogram
@@ -285,21 +285,14 @@ def _retry_after(response: Response) -> float | None:
     return parse_retry_after(response.headers.get("retry-after"))
 
 
-def _log_retry(state: RetryCallState) -> None:
-    exc = state.outcome.exception() if state.outcome else None
-    delay = state.next_action.sleep if state.next_action else 0.0
-    level = (
-        logging.WARNING
-        if state.attempt_number in (1, 5) or state.attempt_number % 50 == 0
-        else logging.DEBUG
-    )
-    log.log(
-        level,
-        "metadata request failed (attempt %d), retrying in %s: %s",
-        state.attempt_number,
-        for_humans(delay),
-        exc,
-    )
+_log_retry: Final = retry_logger(
+    log,
+    "metadata request failed",
+    level=logging.WARNING,
+    quiet=logging.DEBUG,
+    loud=(1, 5),
+    every=50,
+)
 
 
 async def probe_once(
