@@ -24,8 +24,9 @@ from bridge.config import Config
 from bridge.contract import ProviderName as ProviderName
 from bridge.infra.backoff import for_humans, retry_logger, retry_until_done
 from bridge.pipeline.dispatch import Dispatcher
-from bridge.pipeline.events import TYPE_PREFIX, parse, serialize, to_cloudevent
+from bridge.pipeline.events import serialize, to_cloudevent
 from bridge.pipeline.heartbeat import Heartbeats
+from bridge.pipeline.in_force import InForce
 from bridge.pipeline.model import Instance, Notice, Status
 from bridge.pipeline.spool import NewEvent, Spool, SpoolError
 from bridge.pipeline.watchers.base import Update, Watcher
@@ -102,8 +103,8 @@ class Bridge:
     watchers: dict[str, Watcher] = field(init=False, default_factory=dict)
     #: The VM's identity per watcher, once it has identified it (what heartbeats carry).
     instances: dict[str, Instance] = field(init=False, default_factory=dict)
-    #: The notices in force, by (watcher, notice id): what `/v1/notices` serves.
-    current: dict[tuple[str, str], CloudEvent] = field(init=False, default_factory=dict)
+    #: The notices in force: what `/v1/notices` serves and approvals check.
+    in_force: InForce = field(init=False, default_factory=InForce)
     #: Notices seen since start, by (provider, kind, status): the metrics' counter.
     notice_counts: Counter[tuple[str, str, str]] = field(init=False, default_factory=Counter)
     _tasks: dict[str, asyncio.Task[None]] = field(init=False, default_factory=dict)
@@ -118,7 +119,7 @@ class Bridge:
             retry_initial=delivery.retry_initial,
             retry_max=delivery.retry_max,
         )
-        self.actions = Actions(self.config, self.spool, self._approve, self._is_scheduled)
+        self.actions = Actions(self.config, self.spool, self._approve, self.in_force.is_scheduled)
 
     async def _approve(self, event_id: str) -> None:
         """POST StartRequests through the Azure watcher running now (it may be rebuilt)."""
@@ -128,14 +129,6 @@ class Bridge:
         if not isinstance(watcher, AzureWatcher):
             raise RuntimeError("the Azure watcher is not running")
         await watcher.approve(event_id)
-
-    def _is_scheduled(self, source: str, notice_id: str) -> bool:
-        return any(
-            key[1] == notice_id
-            and event.get_source() == source
-            and event.get_type() == TYPE_PREFIX + Status.SCHEDULED.value
-            for key, event in self.current.items()
-        )
 
     async def _commit(self, name: str, update: Update) -> tuple[list[CloudEvent], dict[str, str]]:
         """Spool the update's events, the watcher's checkpoint, the actions they call for and
@@ -159,13 +152,6 @@ class Bridge:
         )
         return events, plan
 
-    def _remember(self, name: str, notice: Notice, event: CloudEvent) -> None:
-        key = (name, notice.notice_id)
-        if notice.status in (Status.COMPLETED, Status.CANCELLED):
-            self.current.pop(key, None)
-        else:
-            self.current[key] = event
-
     async def _watch(self, name: str) -> None:
         factory = self.factories[name]
         delay = 1.0
@@ -182,7 +168,7 @@ class Bridge:
                         self.notice_counts[
                             (notice.provider.value, notice.kind.value, notice.status.value)
                         ] += 1
-                        self._remember(name, notice, event)
+                        self.in_force.remember(name, notice, event)
                         log.info(
                             "notice: %s",
                             describe(notice),
@@ -230,9 +216,7 @@ class Bridge:
     async def _restore(self) -> None:
         """The notices in force when the last run stopped: its watchers will not announce
         them again, yet the status API must know them."""
-        for key, body in (await self.spool.in_force()).items():
-            name, notice_id = key.split("\t", 1)
-            self.current[(name, notice_id)] = parse(body)
+        self.in_force.restore(await self.spool.in_force())
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.spool.open()

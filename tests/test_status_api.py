@@ -111,7 +111,7 @@ async def test_a_restart_remembers_the_notices_in_force(gce_sim: Simulator, tmp_
         running_bridge(gce_sim, tmp_path, sink=CheckedSink("m")) as run,
         status_client(run.bridge) as client,
     ):
-        await eventually(lambda: run.bridge.current)
+        await eventually(lambda: len(run.bridge.in_force))
         assert await get(client, "/v1/notices") == (200, [started])
         assert (await get(client, "/v1/eligible"))[0] == 503
 

@@ -91,7 +91,7 @@ def eligibility(
 
 
 def _current(bridge: Bridge) -> list[dict[str, Any]]:
-    return sorted((as_dict(e) for e in bridge.current.values()), key=lambda e: e["time"])
+    return sorted((as_dict(e) for e in bridge.in_force.events()), key=lambda e: e["time"])
 
 
 def _not_watching(monitor: HealthMonitor) -> Response:
