@@ -4,7 +4,9 @@ fleet service in its own process consumes the bus. The fleet service is killed w
 while the second transition of every VM streams in, and started again.
 
 At the end the fleet's audit log holds every transition the simulators played exactly once,
-and each notice's transitions are the ones played, in order. Nothing is mocked: real
+and each notice's transitions are the ones played, in order. The same runs with two fleet
+replicas sharing a real PostgreSQL server (one of them killed): they answer alike. Nothing
+is mocked: real
 processes, real client libraries, real servers (skipped without the emulator, failing under
 CI=true).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import sys
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from bridge.fleet.sqlite_store import SqliteStore
+from bridge.fleet.service import build_store
 from bridge.fleet.store import NoticeFilter
 from bridge.simulator import Simulator
 from tests.sinks.eventhub_server import EventHubServer
@@ -33,7 +36,7 @@ from tests.support import eventually, free_port
 if TYPE_CHECKING:
     from tests.sinks.pubsub_emulator import Topic
 
-pytest_plugins = ["tests.sinks.pubsub_emulator"]
+pytest_plugins = ["tests.sinks.pubsub_emulator", "tests.fleet.postgres_server"]
 
 ROOT = Path(__file__).resolve().parents[2]
 GCE_VMS = ("web-1", "web-2", "web-3")
@@ -135,7 +138,13 @@ def sidecar_config(sim: Simulator, provider: str, state: Path, bus: Bus) -> str:
 class Fleet:
     process: Process
     url: str
-    store: Path
+
+    async def answers(self) -> dict[str, Any]:
+        """The audit log, the summary and the instances, as this replica serves them."""
+        async with httpx.AsyncClient(timeout=10) as client:
+            summary = (await client.get(f"{self.url}/v1/fleet/summary")).json()
+            instances = (await client.get(f"{self.url}/v1/fleet/instances")).json()
+        return {"events": await self.events(), "summary": summary, "instances": instances}
 
     async def events(self) -> list[dict[str, Any]]:
         """The whole audit log, through the API (every page)."""
@@ -177,8 +186,8 @@ async def simulators() -> AsyncIterator[dict[str, Simulator]]:
             }
             sim = Simulator(provider="azure", identity=identity)
             sims[name] = await stack.enter_async_context(sim)
-        for sim in sims.values():
-            sim.faults.set(provider=sim.provider, rate_limit=False)
+        for name, sim in sims.items():
+            sim.faults.set(provider="gce" if name in GCE_VMS else "azure", rate_limit=False)
         yield sims
 
 
@@ -189,17 +198,17 @@ def steps(sims: dict[str, Simulator]) -> list[list[Callable[[], object]]]:
     rounds: list[list[Callable[[], object]]] = [[], [], []]
     for name in GCE_VMS:
         gce = sims[name].gce
-        rounds[0].append(lambda gce=gce: gce.set(key, "MIGRATE_ON_HOST_MAINTENANCE"))
-        rounds[1].append(lambda gce=gce: gce.set(key, "NONE"))
+        rounds[0].append(functools.partial(gce.set, key, "MIGRATE_ON_HOST_MAINTENANCE"))
+        rounds[1].append(functools.partial(gce.set, key, "NONE"))
     for index, name in enumerate(AZURE_VMS):
         azure, event = sims[name].azure, AZURE_EVENT.format(index)
         rounds[0].append(
-            lambda azure=azure, event=event: azure.add_event(
-                event_id=event, event_type="Reboot", auto_complete=False
+            functools.partial(
+                azure.add_event, event_id=event, event_type="Reboot", auto_complete=False
             )
         )
-        rounds[1].append(lambda azure=azure, event=event: azure.start_event(event))
-        rounds[2].append(lambda azure=azure, event=event: azure.remove_event(event))
+        rounds[1].append(functools.partial(azure.start_event, event))
+        rounds[2].append(functools.partial(azure.remove_event, event))
     return rounds
 
 
@@ -208,23 +217,34 @@ EXPECTED = {name: ["started", "completed"] for name in GCE_VMS} | {
 }
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, int]:
+    """The fleet store's URL and how many fleet replicas share it: one on SQLite, two on a
+    real PostgreSQL server (tests/fleet/postgres_server.py)."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'fleet.sqlite3'}", 1
+    return str(request.getfixturevalue("postgres_url")), 2
+
+
 @pytest.mark.slow
 async def test_five_sidecars_through_the_bus_into_the_fleet_despite_a_kill_9(
-    bus: Bus, tmp_path: Path, simulators: dict[str, Simulator]
+    bus: Bus, shared_store: tuple[str, int], tmp_path: Path, simulators: dict[str, Simulator]
 ) -> None:
-    store = tmp_path / "fleet.sqlite3"
-    port = free_port()
-    fleet_toml = tmp_path / "fleet.toml"
-    fleet_toml.write_text(
-        toml_table("[fleet.listener]", {"port": port})
-        + toml_table("[fleet.store]", {"url": f"sqlite://{store}"})
-        + toml_table("[[fleet.sources]]", bus.source)
-    )
-    fleet = Fleet(
-        Process(["tests.fleet.serve", str(fleet_toml)], tmp_path / "fleet.log"),
-        f"http://127.0.0.1:{port}",
-        store,
-    )
+    url, replicas = shared_store
+    fleets = []
+    for replica in range(replicas):
+        port = free_port()
+        fleet_toml = tmp_path / f"fleet-{replica}.toml"
+        fleet_toml.write_text(
+            toml_table("[fleet.listener]", {"port": port})
+            + toml_table("[fleet.store]", {"url": url})
+            + toml_table("[[fleet.sources]]", bus.source)
+        )
+        log = tmp_path / f"fleet-{replica}.log"
+        fleets.append(
+            Fleet(Process(["tests.fleet.serve", str(fleet_toml)], log), f"http://127.0.0.1:{port}")
+        )
+    fleet = fleets[0]  # the one killed; with PostgreSQL the other goes on consuming
     sidecars = []
     for name, sim in simulators.items():
         config = tmp_path / f"{name}.toml"
@@ -237,8 +257,9 @@ async def test_five_sidecars_through_the_bus_into_the_fleet_despite_a_kill_9(
             )
         )
     rounds = steps(simulators)
+    total = sum(len(r) for r in rounds)
     try:
-        await fleet.process.start()
+        await asyncio.gather(*(f.process.start() for f in fleets))
         await asyncio.gather(*(sidecar.start() for sidecar in sidecars))
         for play in rounds[0]:
             play()
@@ -251,21 +272,22 @@ async def test_five_sidecars_through_the_bus_into_the_fleet_despite_a_kill_9(
         await fleet.reached(len(rounds[0]) + len(rounds[1]))
         for play in rounds[2]:
             play()
-        total = sum(len(r) for r in rounds)
         await fleet.reached(total)
-        logged = await fleet.events()
+        answers = [await f.answers() for f in fleets]
     finally:
         await asyncio.gather(*(sidecar.stop() for sidecar in sidecars))
-        await fleet.process.stop()
+        await asyncio.gather(*(f.process.stop() for f in fleets))
 
+    assert all(answer == answers[0] for answer in answers)  # replicas agree
+    logged = answers[0]["events"]
     assert len(logged) == total
     assert len({(e["source"], e["id"]) for e in logged}) == total  # each exactly once
-    reopened = SqliteStore(store)
-    await reopened.open()
+    store = build_store(url)
+    await store.open()
     try:
-        notices = await reopened.notices(NoticeFilter(), in_force=False)
+        notices = await store.notices(NoticeFilter(), in_force=False)
     finally:
-        await reopened.close()
+        await store.close()
     played = {n["instance"]: [t["status"] for t in n["transitions"]] for n in notices}
     assert played == EXPECTED
     assert all(n["status"] == "completed" for n in notices)
