@@ -27,6 +27,7 @@ import msgspec
 
 from bridge.secrets import Secret
 from bridge.validation import FieldError
+from sinks.eventhubs import check_target
 
 _SUBSCRIPTION: Final = re.compile(r"^projects/[^/\s]+/subscriptions/[^/\s]+$")
 
@@ -91,13 +92,4 @@ class EventHubsSourceConfig(_BusSource, frozen=True, kw_only=True):
     transport: Literal["amqp", "websockets"] = "amqp"
 
     def __post_init__(self) -> None:
-        if self.connection_string is not None:
-            if self.fully_qualified_namespace is not None:
-                raise ValueError(
-                    "set either connection_string or fully_qualified_namespace + eventhub, not both"
-                )
-        elif not self.fully_qualified_namespace or not self.eventhub:
-            raise ValueError(
-                "set connection_string, or fully_qualified_namespace and eventhub "
-                "(Azure AD / managed identity)"
-            )
+        check_target(self.connection_string, self.fully_qualified_namespace, self.eventhub)

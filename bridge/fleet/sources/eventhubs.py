@@ -36,6 +36,7 @@ from bridge.events import serialize
 from bridge.fleet.bus_config import EventHubsSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode
+from sinks.eventhubs import open_client
 
 log = logging.getLogger("bridge.fleet.eventhubs")
 
@@ -79,32 +80,18 @@ class EventHubsSource:
         return f"EventHubsSource(name={self.name!r}, group={self._config.consumer_group!r})"
 
     def _make_client(self) -> Any:
-        from azure.eventhub import TransportType
         from azure.eventhub.aio import EventHubConsumerClient
 
         config = self._config
-        options: dict[str, Any] = {
-            "consumer_group": config.consumer_group,
-            "transport_type": (
-                TransportType.AmqpOverWebsocket
-                if config.transport == "websockets"
-                else TransportType.Amqp
-            ),
-        }
-        if config.connection_string is not None:
-            return EventHubConsumerClient.from_connection_string(
-                config.connection_string.get_secret_value(),
-                eventhub_name=config.eventhub,
-                **options,
-            )
-        from azure.identity.aio import DefaultAzureCredential
-
-        assert config.fully_qualified_namespace
-        assert config.eventhub
-        self._credential = DefaultAzureCredential()
-        return EventHubConsumerClient(
-            config.fully_qualified_namespace, config.eventhub, self._credential, **options
+        client, self._credential = open_client(
+            EventHubConsumerClient,
+            config.connection_string,
+            config.fully_qualified_namespace,
+            config.eventhub,
+            config.transport,
+            consumer_group=config.consumer_group,
         )
+        return client
 
     async def start(self, ingestor: Ingestor) -> None:
         self._committer = Committer(self.name, ingestor, self._config)
