@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -76,8 +76,17 @@ class _Qmark:
         self.connection = connection
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        values = [v.replace("\x00", "\ufffd") if isinstance(v, str) else v for v in params]
-        return self.connection.execute(sql.to_pyformat(statement), values)
+        return self.connection.execute(sql.to_pyformat(statement), _text_safe(params))
+
+    def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
+        values = [_text_safe(row) for row in rows]
+        if values:
+            with self.connection.cursor() as cursor:
+                cursor.executemany(sql.to_pyformat(statement), values)
+
+
+def _text_safe(params: Sequence[Any]) -> list[Any]:
+    return [v.replace("\x00", "\ufffd") if isinstance(v, str) else v for v in params]
 
 
 class PostgresStore:

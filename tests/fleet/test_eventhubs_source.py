@@ -27,6 +27,7 @@ from sinks.base import Ok
 from sinks.eventhubs import Config as SinkConfig
 from sinks.eventhubs import create
 from tests.fleet.factories import T0, azure_vm, gce_vm, heartbeat, transition
+from tests.fleet.outage import FailingStore
 from tests.sinks.eventhub_server import EventHubServer
 from tests.support import eventually
 
@@ -47,7 +48,9 @@ async def hub() -> AsyncIterator[EventHubServer]:
         yield server
 
 
-def service_for(tmp_path: Path, hub: EventHubServer, **more: Any) -> FleetService:
+def service_for(
+    tmp_path: Path, hub: EventHubServer, store: FailingStore | None = None, **more: Any
+) -> FleetService:
     raw = {
         "fleet": {
             "listener": {"port": 0},
@@ -65,7 +68,7 @@ def service_for(tmp_path: Path, hub: EventHubServer, **more: Any) -> FleetServic
             ],
         }
     }
-    return FleetService(parse_fleet_config(raw))
+    return FleetService(parse_fleet_config(raw), store=store)
 
 
 async def send(
@@ -156,6 +159,26 @@ async def test_bad_messages_are_rejected_and_checkpointed_past(
         await eventually(lambda: service.stats.counts[("eventhubs", "invalid")] == 2, timeout=30)
         assert len(await service.store.rejected()) == 2
         assert (await service.store.checkpoints("eventhubs"))["0"] == str(len(hub.events(0)) - 1)
+
+
+async def test_while_the_store_fails_the_partition_waits_and_its_checkpoint_stays(
+    tmp_path: Path, hub: EventHubServer
+) -> None:
+    bodies = stream(0)
+    await send(hub, bodies)
+    store = FailingStore(tmp_path / "fleet.sqlite3")
+    service = service_for(tmp_path, hub, store=store)
+    async with service.running():
+        await eventually(lambda: store.attempts >= 3, timeout=30)
+        health = service.sources[0].health()
+        assert not health.ok
+        assert "simulated outage" in health.detail
+        assert await store.checkpoints("eventhubs") == {}
+        store.failing = False
+        await stored(service, len(bodies))
+        await eventually(lambda: service.sources[0].health().ok, timeout=10)
+        assert await store.checkpoints("eventhubs") == last_sequences(hub)
+        assert service.stats.counts[("eventhubs", "accepted")] == len(bodies)
 
 
 def test_a_connection_string_or_a_namespace_and_hub_is_required() -> None:

@@ -21,12 +21,12 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.events import parse
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
-from bridge.fleet.sqlite_store import SqliteStore
-from bridge.fleet.store import Batch, EventQuery, IngestResult, NoticeFilter, StoreError
+from bridge.fleet.store import EventQuery, NoticeFilter
 from bridge.model import Status
 from sinks import pubsub
 from sinks.base import Ok
 from tests.fleet.factories import T0, azure_vm, gce_vm, heartbeat, transition
+from tests.fleet.outage import FailingStore
 from tests.support import eventually
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def source(topic: Topic, **more: Any) -> dict[str, Any]:
     }
 
 
-def service_for(tmp_path: Path, topic: Topic, store: SqliteStore | None = None) -> FleetService:
+def service_for(tmp_path: Path, topic: Topic, store: FailingStore | None = None) -> FleetService:
     raw = {
         "fleet": {
             "listener": {"port": 0},
@@ -145,20 +145,6 @@ async def test_bad_messages_are_rejected_acknowledged_and_the_stream_goes_on(
         assert len(reasons) == 2
         assert any("com.example.unknown" in reason for reason in reasons), reasons
     assert await asyncio.to_thread(pubsub_topic.drain, 2.0) == []
-
-
-class FailingStore(SqliteStore):
-    """A real SQLite store whose commits fail while `failing` is set (SQLite cannot be made
-    to fail on demand; this stands in for a store outage, nothing else is replaced)."""
-
-    failing = True
-    attempts = 0
-
-    async def ingest(self, batch: Batch) -> IngestResult:
-        self.attempts += 1
-        if self.failing:
-            raise StoreError("simulated outage of the fleet store")
-        return await super().ingest(batch)
 
 
 def unordered(topic: Topic) -> Topic:
