@@ -172,7 +172,15 @@ class PubsubSource:
         while True:
             messages = await next_batch(self._queue, config.batch_size, config.batch_wait)
             self._in_flight = messages
-            await committer.commit([_decoded(message) for message in messages])
+            try:
+                await committer.commit([_decoded(message) for message in messages])
+            except Exception:  # a bug, not bad input: keep consuming, Pub/Sub redelivers
+                log.exception("source %s: cannot commit a batch; releasing it", self.name)
+                for message in messages:
+                    message.nack()
+                self._in_flight = []
+                await asyncio.sleep(config.retry_max)
+                continue
             for message in messages:
                 message.ack()
             self._in_flight = []
