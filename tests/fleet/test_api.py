@@ -40,13 +40,15 @@ FLEET = [
 
 @pytest.fixture
 async def api(fleet_service: FleetFactory) -> AsyncIterator[httpx.AsyncClient]:
-    async with fleet_service(api={"page_size": 5}) as service:
-        async with httpx.AsyncClient(base_url=service.url) as http:
-            batch = b"[" + b",".join(FLEET) + b"]"
-            headers = {"content-type": "application/cloudevents-batch+json"}
-            answer = await http.post("/v1/events", content=batch, headers=headers)
-            assert answer.status_code == 200, answer.text
-            yield http
+    async with (
+        fleet_service(api={"page_size": 5}) as service,
+        httpx.AsyncClient(base_url=service.url) as http,
+    ):
+        batch = b"[" + b",".join(FLEET) + b"]"
+        headers = {"content-type": "application/cloudevents-batch+json"}
+        answer = await http.post("/v1/events", content=batch, headers=headers)
+        assert answer.status_code == 200, answer.text
+        yield http
 
 
 async def get(http: httpx.AsyncClient, path: str, status: int = 200) -> Any:
@@ -101,10 +103,13 @@ async def test_eligible_answers_each_candidate_and_prefers_the_first_safe_one(
     query = "instance=web-1&instance=db-1&instance=nobody&instance=quiet-1&instance=db-2"
     body = await get(api, f"/v1/fleet/eligible?{query}&horizon=3600")
     answers = {a["instance"]: (a["eligible"], a["reason"]) for a in body["candidates"]}
-    assert answers["web-1"][0] is False and "started" in answers["web-1"][1]
-    assert answers["db-1"][0] is False and "within the horizon" in answers["db-1"][1]
+    assert answers["web-1"][0] is False
+    assert "started" in answers["web-1"][1]
+    assert answers["db-1"][0] is False
+    assert "within the horizon" in answers["db-1"][1]
     assert answers["nobody"] == (False, "unknown instance")
-    assert answers["quiet-1"][0] is False and answers["quiet-1"][1].startswith("silent")
+    assert answers["quiet-1"][0] is False
+    assert answers["quiet-1"][1].startswith("silent")
     assert answers["db-2"] == (True, "maintenance scheduled, but beyond the horizon")
     assert body["preferred"] == "db-2"
     none = await get(api, "/v1/fleet/eligible?instance=web-1&instance=db-1", status=503)
