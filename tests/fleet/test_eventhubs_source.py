@@ -181,6 +181,21 @@ async def test_while_the_store_fails_the_partition_waits_and_its_checkpoint_stay
         assert service.stats.counts[("eventhubs", "accepted")] == len(bodies)
 
 
+async def test_a_hub_down_at_start_is_read_once_it_is_back(
+    tmp_path: Path, hub: EventHubServer
+) -> None:
+    bodies = stream(0)
+    await send(hub, bodies)
+    await hub.stop()
+    service = service_for(tmp_path, hub)
+    async with service.running():
+        await eventually(lambda: "not consuming" in service.sources[0].health().detail, 60)
+        await hub.start()
+        await stored(service, len(bodies))
+        await eventually(lambda: service.sources[0].health().ok, timeout=30)
+        assert await service.store.checkpoints("eventhubs") == last_sequences(hub)
+
+
 def test_a_connection_string_or_a_namespace_and_hub_is_required() -> None:
     with pytest.raises(ConfigError, match="connection_string"):
         parse_fleet_config({"fleet": {"sources": [{"type": "eventhubs"}]}})

@@ -134,30 +134,34 @@ class EventHubsSource:
         return {pid: int(checkpoints[pid]) if pid in checkpoints else default for pid in partitions}
 
     async def _receive(self, ingestor: Ingestor) -> None:
-        committer = self._committer
-        assert committer is not None
-        while True:  # until cancelled: a failed start (hub unreachable) is tried again
+        """Read every partition until stopped. A start that fails (hub unreachable, refused
+        credentials) or a receive that ends with an error is tried again with a new client,
+        from the checkpoints in the store, after `retry_max` seconds."""
+        while True:
             try:
                 positions = await self._positions(ingestor)
+                self._error = None
+                log.info("source %s: starting at %s", self.name, positions)
+                await self._client.receive_batch(
+                    self._on_batch,
+                    max_batch_size=self._config.batch_size,
+                    starting_position=positions,
+                    starting_position_inclusive=False,
+                    on_error=self._on_error,
+                    on_partition_initialize=self._on_open,
+                    on_partition_close=self._on_close,
+                )
+                return  # the client was closed: the source is stopping
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._error = f"cannot read the hub's partitions: {type(exc).__name__}: {exc}"
-                log.warning("source %s: %s", self.name, self._error)
-                await asyncio.sleep(self._config.retry_max)
-                continue
-            self._error = None
-            log.info("source %s: starting at %s", self.name, positions)
-            await self._client.receive_batch(
-                self._on_batch,
-                max_batch_size=self._config.batch_size,
-                starting_position=positions,
-                starting_position_inclusive=False,
-                on_error=self._on_error,
-                on_partition_initialize=self._on_open,
-                on_partition_close=self._on_close,
-            )
-            return
+                self._error = f"not consuming: {type(exc).__name__}: {exc}"
+                log.warning("source %s: %s; trying again", self.name, self._error)
+            self._partitions.clear()
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            await asyncio.sleep(self._config.retry_max)
+            self._client = self._make_client()
 
     async def _on_batch(self, context: Any, events: list[Any]) -> None:
         if not events or self._committer is None:
