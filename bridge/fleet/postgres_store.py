@@ -1,6 +1,6 @@
 """The fleet store on PostgreSQL, for several fleet replicas sharing one state.
 
-`[fleet.store] url = "postgresql://user@host:5432/fleet"` selects it (the `fleet-postgres`
+`[fleet.store] url = "postgresql://user@host:5432/fleet"` selects it (the `postgres`
 extra installs psycopg 3; `bridge.fleet.service.build_store` imports this module only then).
 Keep the password out of the file: libpq reads `PGPASSWORD` or a `PGPASSFILE`, or the whole
 URL can come from `MAINTENANCE_BRIDGE__FLEET__STORE__URL`.

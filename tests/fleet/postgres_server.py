@@ -32,7 +32,7 @@ USER = "fleet"
 INSTALL_HELP = (
     "PostgreSQL's server binaries (initdb, pg_ctl, postgres) are needed for the fleet's "
     "PostgreSQL store tests: `apt-get install postgresql` (Debian keeps them in "
-    "/usr/lib/postgresql/VERSION/bin, found there too), and the `fleet-postgres` extra "
+    "/usr/lib/postgresql/VERSION/bin, found there too), and the `postgres` extra "
     "(psycopg) installed."
 )
 
