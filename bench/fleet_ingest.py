@@ -189,13 +189,14 @@ async def run(count: int) -> tuple[list[Figure], list[str]]:
     return figures, notes
 
 
-def render(figures: list[Figure], notes: list[str], cores: int) -> str:
+def render(figures: list[Figure], notes: list[str], cores: int, load: float) -> str:
     lines = [
         "# Fleet service: ingest rate",
         "",
-        f"`python -m bench.fleet_ingest` on {cores} core(s): distinct events into a fresh",
-        "store, the fleet service in the benchmark's process. RSS is the process after the run",
-        "(cumulative over the runs above it).",
+        f"`python -m bench.fleet_ingest` on {cores} core(s), host load {load:.1f} at the start",
+        "(other programs share the host: compare runs at a similar load). Distinct events into",
+        "a fresh store, the fleet service in the benchmark's process. RSS is the process after",
+        "the run (cumulative over the runs above it).",
         "",
         "| path | store | events | seconds | events/s | RSS MB |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
@@ -216,8 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fleet-ingest.md")
     args = parser.parse_args(argv)
     count = args.events or (500 if args.quick else 20_000)
+    load = os.getloadavg()[0]
     figures, notes = asyncio.run(run(count))
-    text = render(figures, notes, os.cpu_count() or 1)
+    text = render(figures, notes, os.cpu_count() or 1, load)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     sys.stdout.write(text)
