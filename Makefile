@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,pubsub,eventhubs,kafka,windows]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,pubsub,eventhubs,kafka,windows,postgres]'
 	touch $@
 
 install: $(BIN)/.installed
