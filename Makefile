@@ -17,6 +17,10 @@ install: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/maintenance-bridge demo
 
+.PHONY: demo-fleet
+demo-fleet: $(BIN)/.installed
+	$(BIN)/maintenance-bridge demo --fleet
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
