@@ -3,7 +3,9 @@
 Runs the real `Spool`, `Dispatcher` and sinks in this process (no watcher: the backlog is
 committed up front, as after a long outage) against the receiver process or the Pub/Sub
 emulator. The rate is events acknowledged per second, from the dispatcher's start until
-the last acknowledgement.
+the last acknowledgement. Next to the drain into the plain `http.server` receiver, the
+yardstick: a plain synchronous client (`http.client`, one kept connection) POSTing the same
+events, one per request, to the same receiver, with no spool behind it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import cProfile
+import http.client
 import os
 import pstats
 import statistics
@@ -20,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.profiles import by_package
 from bridge.config import parse_config
@@ -27,7 +31,11 @@ from bridge.dispatch import Dispatcher
 from bridge.events import serialize
 from bridge.runner import build_sinks
 from bridge.spool import NewEvent, Spool
+from sinks.webhook import STRUCTURED_CONTENT_TYPE
 from tests.factories import sample_events
+
+#: The yardstick's name in the report.
+SYNC_CLIENT = "plain synchronous client (http.client, one kept connection)"
 
 
 @dataclass
@@ -77,6 +85,27 @@ async def drain(name: str, sink: dict[str, Any], total: int) -> Drain:
         await dispatcher.stop(5.0)
         await spool.close()
     return Drain(name, total, total / elapsed)
+
+
+def sync_client(url: str, total: int) -> Drain:
+    """Requests per second of `http.client` POSTing `total` structured events one by one on
+    one kept connection (blocking: run it in a thread), each answer read in full."""
+    parts = urlsplit(url)
+    bodies = [serialize(event) for event in sample_events(total)]
+    headers = {"content-type": STRUCTURED_CONTENT_TYPE, "user-agent": "bench"}
+    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80)
+    try:
+        started = time.perf_counter()
+        for body in bodies:
+            connection.request("POST", parts.path, body=body, headers=headers)
+            answer = connection.getresponse()
+            answer.read()
+            if answer.status >= 300:
+                raise RuntimeError(f"{SYNC_CLIENT}: HTTP {answer.status}")
+        elapsed = time.perf_counter() - started
+    finally:
+        connection.close()
+    return Drain(SYNC_CLIENT, total, total / elapsed)
 
 
 async def profile_drain(sink: dict[str, Any], total: int) -> list[str]:
