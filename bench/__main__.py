@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import pstats
 import shutil
 import sys
 import tempfile
@@ -21,10 +20,10 @@ from pathlib import Path
 
 from bench import drain, idle, latency, startup
 from bench.procs import ROOT, Proc, spawn, webhook
-from bench.profiles import by_package
 from bench.receiver import Receiver
 from bench.report import PLAIN_DRAIN, PLAIN_LABEL, Results, plot, render, targets
-from bench.stats import worst
+from bench.spans import breakdown
+from bench.stats import Series, worst
 from tests.support import free_port
 
 
@@ -182,9 +181,10 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
 async def latency_profile(
     label: str, results: Results, workdir: Path, receiver: Receiver, transitions: int
 ) -> list[str]:
-    """What a missed latency costs: the slowest transitions of the measured run, then the
-    bridge's CPU by package over a rerun under cProfile (slower than the measured run, so
-    read it for where the time goes, not for how much)."""
+    """What a missed latency costs: the slowest transitions of the measured run, then where
+    the bridge's part goes, step by step, over a rerun with the steps timed (`bench.spans`:
+    the part is mostly waiting, a thread hand-off, an fsync, the receiver, which a CPU
+    profile does not show)."""
     key = _series_key(label)
     gce = key == "gce"
     plain = PLAIN_LABEL in label
@@ -192,25 +192,23 @@ async def latency_profile(
         measured = results.gce_plain if gce else results.azure_plain
     else:
         measured = results.gce if gce else results.azure
-    series = next((s for s in measured if not s.baseline and _POLL[key] in s.name), None)
-    lines = worst(series) if series is not None else []
-    # its own spools, logs and profiles
+    lines = worst(series) if (series := _bridge_series(measured, key)) is not None else []
+    # its own spools, logs and step timings
     directory = workdir / f"latency-profile-{key}{'-plain' if plain else ''}"
     directory.mkdir(exist_ok=True)
     if gce:
-        await latency.gce(transitions, directory, receiver, directory, plain=plain)
+        rerun = await latency.gce(transitions, directory, receiver, directory, plain=plain)
     else:
-        await latency.azure(transitions, directory, receiver, 0.5, directory, plain=plain)
-    profile = directory / f"{key}.prof"
-    if not profile.exists():
-        return [*lines, "(the profiled bridge wrote no profile)"]
-    stats = pstats.Stats(str(profile))
-    return [
-        *lines,
-        "",
-        f"the bridge under cProfile for {transitions} transitions (start-up included):",
-        *by_package(stats, transitions, "transition"),
-    ]
+        rerun = await latency.azure(transitions, directory, receiver, 0.5, directory, plain=plain)
+    again = _bridge_series(rerun, key)
+    spans = latency.spans_file(directory, key)
+    if again is None or spans is None:
+        return [*lines, "(the rerun measured nothing)"]
+    return [*lines, "", f"a rerun of {transitions} transitions:", *breakdown(again, spans)]
+
+
+def _bridge_series(measured: list[Series], key: str) -> Series | None:
+    return next((s for s in measured if not s.baseline and _POLL[key] in s.name), None)
 
 
 _POLL = {"gce": "GCE long poll", "azure-1s": "Azure 1 s poll", "azure-0.25s": "Azure 0.25 s poll"}

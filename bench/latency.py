@@ -117,7 +117,7 @@ async def gce(
             )
             procs.append(
                 await start_bridge(
-                    f"{prefix}gce-latency", workdir, config, _profile(profile_dir, "gce")
+                    f"{prefix}gce-latency", workdir, config, spans_file(profile_dir, "gce")
                 )
             )
             sample = await spawn(
@@ -206,10 +206,9 @@ async def azure(
                         azure_url=at[name].azure_url,
                     )
                     config["source"]["azure"]["poll_interval"] = interval
+                    spans = spans_file(profile_dir, name)
                     procs.append(
-                        await start_bridge(
-                            f"{prefix}{name}-latency", workdir, config, _profile(profile_dir, name)
-                        )
+                        await start_bridge(f"{prefix}{name}-latency", workdir, config, spans)
                     )
                 sample = await spawn(
                     f"{prefix}azure-sample",
@@ -260,9 +259,9 @@ async def azure(
     return list(series.values())
 
 
-def _profile(directory: Path | None, name: str) -> Path | None:
-    """Where the bridge of series `name` writes its cProfile data, when profiling."""
-    return None if directory is None else directory / f"{name}.prof"
+def spans_file(directory: Path | None, name: str) -> Path | None:
+    """Where the bridge of series `name` times its steps (`bench.spans`), when profiling."""
+    return None if directory is None else directory / f"{name}.spans"
 
 
 def _stream(profile_dir: Path | None, name: str) -> str:
