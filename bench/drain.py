@@ -29,13 +29,15 @@ from bench.profiles import by_package
 from bridge.config import parse_config
 from bridge.dispatch import Dispatcher
 from bridge.events import serialize
+from bridge.http1 import Http1Client
 from bridge.runner import build_sinks
 from bridge.spool import NewEvent, Spool
 from sinks.webhook import STRUCTURED_CONTENT_TYPE
 from tests.factories import sample_events
 
 #: The yardstick's name in the report.
-SYNC_CLIENT = "plain synchronous client (http.client, one kept connection)"
+SYNC_CLIENT = "a plain synchronous client (http.client, one kept connection)"
+HTTP1_ALONE = "the bridge's HTTP client alone (bridge.http1, one kept connection)"
 
 
 @dataclass
@@ -87,12 +89,17 @@ async def drain(name: str, sink: dict[str, Any], total: int) -> Drain:
     return Drain(name, total, total / elapsed)
 
 
+def _structured(total: int) -> tuple[list[bytes], dict[str, str]]:
+    """`total` structured-mode bodies and the headers the webhook sink sends with them."""
+    bodies = [serialize(event) for event in sample_events(total)]
+    return bodies, {"content-type": STRUCTURED_CONTENT_TYPE, "user-agent": "bench"}
+
+
 def sync_client(url: str, total: int) -> Drain:
     """Requests per second of `http.client` POSTing `total` structured events one by one on
     one kept connection (blocking: run it in a thread), each answer read in full."""
     parts = urlsplit(url)
-    bodies = [serialize(event) for event in sample_events(total)]
-    headers = {"content-type": STRUCTURED_CONTENT_TYPE, "user-agent": "bench"}
+    bodies, headers = _structured(total)
     connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80)
     try:
         started = time.perf_counter()
@@ -106,6 +113,23 @@ def sync_client(url: str, total: int) -> Drain:
     finally:
         connection.close()
     return Drain(SYNC_CLIENT, total, total / elapsed)
+
+
+async def client_alone(url: str, total: int) -> Drain:
+    """The same as `sync_client` with the bridge's own HTTP client and nothing else of the
+    bridge (no spool, no dispatcher, no sink): how much of a drain's gap is the client's."""
+    bodies, headers = _structured(total)
+    client = Http1Client(url, timeout=10.0, user_agent=headers.pop("user-agent"))
+    try:
+        started = time.perf_counter()
+        for body in bodies:
+            answer = await client.request("POST", body=body, headers=headers)
+            if answer.status >= 300:
+                raise RuntimeError(f"{HTTP1_ALONE}: HTTP {answer.status}")
+        elapsed = time.perf_counter() - started
+    finally:
+        await client.aclose()
+    return Drain(HTTP1_ALONE, total, total / elapsed)
 
 
 async def profile_drain(sink: dict[str, Any], total: int) -> list[str]:

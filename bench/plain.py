@@ -149,20 +149,22 @@ class PlainFront:
     """`http.server` in front of `simulator` (see the module docstring); `async with`."""
 
     def __init__(self, simulator: Simulator) -> None:
+        self._simulator = simulator
         self._server = _FrontServer((simulator.host, simulator.port))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+    def _here(self, url: str) -> str:
+        """The simulator's `url`, pointing at this front instead."""
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}{url.removeprefix(self._simulator.base_url)}"
 
     @property
     def gce_url(self) -> str:
-        return f"{self.base_url}/computeMetadata/v1/"
+        return self._here(self._simulator.gce_url)
 
     @property
     def azure_url(self) -> str:
-        return f"{self.base_url}/metadata/"
+        return self._here(self._simulator.azure_url)
 
     @property
     def requests(self) -> list[FrontRecord]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.drain import SYNC_CLIENT, Drain
+from bench.drain import HTTP1_ALONE, SYNC_CLIENT, Drain
 from bench.idle import Idle
 from bench.startup import Startup
 from bench.stats import Series, summarize
@@ -303,15 +303,17 @@ def _drain(results: Results, emit: Emit) -> None:
     )
     for item in results.drains:
         rate = f"{item.per_second:,.0f} ev/s"
-        if item.name == SYNC_CLIENT:
-            emit(f"| yardstick: {item.events:,} events, one per request, by a {item.name}, to "
+        if item.name in (SYNC_CLIENT, HTTP1_ALONE):
+            emit(f"| yardstick: {item.events:,} events, one per request, by {item.name}, to "
                  f"the {PLAIN_LABEL} receiver | {rate} |")  # fmt: skip
         else:
             emit(f"| backlog drain: {item.events:,} events to {item.name} | {rate} |")
     emit("")
     emit(f"The {PLAIN_LABEL} receiver answers each webhook `204 No Content` (a head, no")
-    emit("body); the yardstick POSTs the same structured events, serialized up front, with no")
-    emit("spool, no dispatcher and no retries behind it: what one request costs at the least.")
+    emit("body). The yardsticks POST the same structured events, serialized up front, with")
+    emit("no spool, no dispatcher and no retries behind them: a plain synchronous client (what")
+    emit("one request costs at the least), then the bridge's own HTTP client alone (what of")
+    emit("the drain's cost is the client's, and what is the rest of the bridge's).")
     emit("")
 
 
@@ -341,6 +343,15 @@ def _profiles(results: Results, table: list[Target], emit: Emit) -> None:
             for ms, name in ranked[:5]:
                 emit(f"  {ms:7.1f} ms  {name}")
         elif PLAIN_LABEL in t.label and "drain" in t.label:
+            rates = {d.name: d.per_second for d in results.drains}
+            if t.baseline and HTTP1_ALONE in rates:
+                alone = rates[HTTP1_ALONE]
+                emit(
+                    f"the bridge's HTTP client alone, same events and receiver: {alone:,.0f} "
+                    f"ev/s ({alone / t.baseline:.0%} of the synchronous client); the rest of"
+                )
+                emit("the gap is the dispatcher, the spool and the sink (see the profile)")
+                emit("")  # fmt: skip
             emit(f"the structured drain into the {PLAIN_LABEL} receiver under cProfile:")
             for line in results.drain_profile_plain:
                 emit(line)
