@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sys
 import tempfile
@@ -91,7 +92,7 @@ async def start_receiver(module: str, workdir: Path) -> tuple[Proc, Receiver]:
 
 
 async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
-    results = Results(mode)
+    results = Results(mode, load=[_load()])
     began = time.monotonic()
     receiver_proc, receiver = await start_receiver("bench.receiver", workdir)
     plain_proc, plain = await start_receiver("bench.plain", workdir)
@@ -175,7 +176,18 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
             await handle.close()
             await proc.stop()
     results.seconds = time.monotonic() - began
+    results.load.append(_load())
     return results
+
+
+def _load() -> float:
+    """The host's 1-minute load average (NaN where the platform has none)."""
+    if sys.platform == "win32":
+        return float("nan")
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
 
 
 #: Latency reruns with the steps timed, by (GCE?, plain servers?): one serves every target

@@ -31,6 +31,9 @@ SYNC_SHARE = 0.8
 class Results:
     mode: str
     seconds: float = 0.0
+    #: The host's 1-minute load average when the run began and when it ended (other work
+    #: on the machine shows in every figure; 2 cores are busy at 2.0).
+    load: list[float] = field(default_factory=list)
     gce: list[Series] = field(default_factory=list)
     azure: list[Series] = field(default_factory=list)
     gce_plain: list[Series] = field(default_factory=list)
@@ -197,6 +200,9 @@ def render(results: Results) -> str:
     add("# Benchmark report")
     add("")
     add(f"Machine: {machine()}. Mode: {results.mode}; the suite ran in {results.seconds:.0f} s.")
+    if results.load:
+        loads = " and ".join(f"{value:.1f}" for value in results.load)
+        add(f"Load average (1 min) at the start and the end of the run: {loads}.")
     add("Everything on loopback; the bridge, the receiver and each vendor sample are separate")
     add("processes; the simulators run in the driver process.")
     add("")
