@@ -1,6 +1,6 @@
 """`python -m bench [--quick] [--out DIR]`: run every benchmark, write report.md and latency.png.
 
-The full run takes about five minutes on a 2-core VM; `--quick` runs each part on tiny
+The full run takes 5 to 6 minutes on a 2-core VM; `--quick` runs each part on tiny
 sizes in about a minute (to check the suite works, not to quote its figures). Latency and
 the webhook drain run twice: against our aiohttp simulator and receiver, which write each
 answer in one piece, and against plain `http.server` ones (`bench.plain`), which write the
