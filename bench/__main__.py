@@ -156,12 +156,24 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
         if any("drain, webhook (structured" in label for label in missed):
             step("profiling the structured webhook drain")
             sink = {"type": "webhook", "url": receiver.url("drain-profile")}
-            results.drain_profile = await drain.profile_drain(sink, min(2000, sizes.drain_events))
+            results.drain_profile = [
+                *await drain.drain_steps(
+                    webhook(receiver.url("drain-steps")), min(2000, sizes.drain_events)
+                ),
+                "",
+                *await drain.profile_drain(sink, min(2000, sizes.drain_events)),
+            ]
         if any("plain http.server receiver" in label for label in missed):
             step("profiling the structured webhook drain to the plain receiver")
-            results.drain_profile_plain = await drain.profile_drain(
-                webhook(plain.url("drain-plain-profile")), min(2000, sizes.drain_events)
-            )
+            results.drain_profile_plain = [
+                *await drain.drain_steps(
+                    webhook(plain.url("drain-plain-steps")), min(2000, sizes.drain_events)
+                ),
+                "",
+                *await drain.profile_drain(
+                    webhook(plain.url("drain-plain-profile")), min(2000, sizes.drain_events)
+                ),
+            ]
         reruns: Reruns = {}
         for target in targets(results):
             if target.missed() and "latency" in target.label:

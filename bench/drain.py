@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.profiles import by_package
+from bench.spans import timing
 from bridge.config import parse_config
 from bridge.dispatch import Dispatcher
 from bridge.events import serialize
@@ -137,6 +138,32 @@ async def client_alone(url: str, total: int) -> Drain:
     return Drain(HTTP1_ALONE, total, total / elapsed)
 
 
+#: What a drain's time per event is spent on, timed in this process (`bench.spans.timing`).
+DRAIN_STEPS = {
+    ("bridge.dispatch", "Dispatcher", "_deliver"): "delivery: parse, encode, the HTTP exchange",
+    ("bridge.http1", "Http1Client", "request"): "  of which the HTTP exchange",
+    ("bridge.spool", "Spool", "ack"): "acknowledgements (spool transactions, awaited)",
+    ("bridge.spool", "Spool", "pending"): "spool reads (windows of pending events)",
+}
+
+
+async def drain_steps(sink: dict[str, Any], total: int) -> list[str]:
+    """Where a drain's wall time goes, per event: a CPU profile cannot tell waiting (the
+    receiver's turn, a spool transaction) from work, these timings can."""
+    with timing(DRAIN_STEPS) as durations:
+        result = await drain("steps", sink, total)
+    per_event = 1e6 / result.per_second
+    lines = [f"where a drain's time goes, per event ({result.per_second:,.0f} ev/s, "
+             f"{per_event:.0f} us an event):"]  # fmt: skip
+    accounted = 0.0
+    for (_, _, method), step in DRAIN_STEPS.items():
+        spent = sum(durations[step]) / total * 1e6
+        accounted += 0.0 if method == "request" else spent
+        lines.append(f"  {spent:6.0f} us  {step}")
+    lines.append(f"  {per_event - accounted:6.0f} us  the rest (the worker's loop, waiting)")
+    return lines
+
+
 async def profile_drain(sink: dict[str, Any], total: int) -> list[str]:
     """Where a drain spends its CPU: cProfile, summed by package."""
     profiler = cProfile.Profile()
@@ -145,7 +172,7 @@ async def profile_drain(sink: dict[str, Any], total: int) -> list[str]:
         await drain("profile", sink, total)
     finally:
         profiler.disable()
-    return by_package(pstats.Stats(profiler), total, "event")
+    return ["the same drain under cProfile:", *by_package(pstats.Stats(profiler), total, "event")]
 
 
 @contextlib.contextmanager

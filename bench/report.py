@@ -358,7 +358,6 @@ def _profiles(results: Results, table: list[Target], emit: Emit) -> None:
                 )
                 emit("the gap is the dispatcher, the spool and the sink (see the profile)")
                 emit("")  # fmt: skip
-            emit(f"the structured drain into the {PLAIN_LABEL} receiver under cProfile:")
             for line in results.drain_profile_plain:
                 emit(line)
         elif "drain" in t.label:

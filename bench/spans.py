@@ -15,12 +15,15 @@ if one is renamed, its step is reported missing, the run itself is unaffected.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
+import io
 import runpy
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -47,6 +50,31 @@ def _wrap(cls: Any, method: str, step: str, out: TextIO) -> None:
             out.write(f"{started:.6f} {time.monotonic():.6f} {step}\n")
 
     setattr(cls, method, timed)
+
+
+@contextlib.contextmanager
+def timing(wrapped: Mapping[tuple[str, str, str], str]) -> Iterator[dict[str, list[float]]]:
+    """Within the block, calls of the `wrapped` coroutines in this process are timed:
+    seconds per call, by step name. The originals are put back on the way out."""
+    durations: dict[str, list[float]] = {step: [] for step in wrapped.values()}
+    originals: list[tuple[Any, str, Any]] = []
+
+    class Collect(io.StringIO):
+        def write(self, line: str) -> int:
+            start, end, step = line.split(" ", 2)
+            durations[step.rstrip("\n")].append(float(end) - float(start))
+            return len(line)
+
+    collect = Collect()
+    for (module, cls, method), step in wrapped.items():
+        owner = getattr(importlib.import_module(module), cls)
+        originals.append((owner, method, owner.__dict__[method]))
+        _wrap(owner, method, step, collect)
+    try:
+        yield durations
+    finally:
+        for owner, method, original in originals:
+            setattr(owner, method, original)
 
 
 def main() -> None:
