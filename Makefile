@@ -31,7 +31,7 @@ lint: $(BIN)/.installed
 test: lint
 	$(BIN)/pytest
 
-# The benchmark suite (about three minutes on 2 cores): bench/results/report.md and latency.png.
+# The benchmark suite (5 to 6 minutes on 2 cores): bench/results/report.md and latency.png.
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench
 
