@@ -9,13 +9,17 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,pubsub,eventhubs,kafka,windows]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,pubsub,eventhubs,kafka,windows,postgres]'
 	touch $@
 
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
 	$(BIN)/maintenance-bridge demo
+
+.PHONY: demo-fleet
+demo-fleet: $(BIN)/.installed
+	$(BIN)/maintenance-bridge demo --fleet
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
@@ -27,7 +31,7 @@ lint: $(BIN)/.installed
 test: lint
 	$(BIN)/pytest
 
-# The benchmark suite (about three minutes on 2 cores): bench/results/report.md and latency.png.
+# The benchmark suite (5 to 6 minutes on 2 cores): bench/results/report.md and latency.png.
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench
 

@@ -1,14 +1,17 @@
 """`python -m bench [--quick] [--out DIR]`: run every benchmark, write report.md and latency.png.
 
-The full run takes about three minutes on a 2-core VM; `--quick` runs each part on tiny
-sizes in well under a minute (to check the suite works, not to quote its figures).
+The full run takes 5 to 6 minutes on a 2-core VM; `--quick` runs each part on tiny
+sizes in about a minute (to check the suite works, not to quote its figures). Latency and
+the webhook drain run twice: against our aiohttp simulator and receiver, which write each
+answer in one piece, and against plain `http.server` ones (`bench.plain`), which write the
+head and the body separately, as many real servers do.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import pstats
+import os
 import shutil
 import sys
 import tempfile
@@ -17,17 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import aws, drain, idle, latency, startup
-from bench.procs import ROOT, spawn
-from bench.profiles import by_package
+from bench.procs import ROOT, Proc, spawn, webhook
 from bench.receiver import Receiver
-from bench.report import Results, plot, render, targets
-from bench.stats import worst
+from bench.report import PLAIN_DRAIN, PLAIN_LABEL, Results, plot, render, targets
+from bench.spans import breakdown
+from bench.stats import Series, worst
 from tests.support import free_port
 
 
 @dataclass(frozen=True)
 class Sizes:
     transitions: int
+    #: Azure transitions against the plain servers (a run lasts transitions x spacing).
+    plain_azure_transitions: int
     azure_spacing: float
     idle_seconds: float
     idle_warmup: float
@@ -37,8 +42,8 @@ class Sizes:
     pubsub: bool
 
 
-FULL = Sizes(200, 0.5, 45.0, 4.0, 5, 10_000, 300, True)
-QUICK = Sizes(8, 0.3, 2.0, 2.0, 1, 300, 20, False)
+FULL = Sizes(200, 100, 0.5, 45.0, 4.0, 5, 10_000, 300, True)
+QUICK = Sizes(8, 8, 0.3, 2.0, 2.0, 1, 300, 20, False)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,6 +68,7 @@ def sizes_of(args: argparse.Namespace) -> Sizes:
     base = QUICK if args.quick else FULL
     return Sizes(
         transitions=args.transitions or base.transitions,
+        plain_azure_transitions=args.transitions or base.plain_azure_transitions,
         azure_spacing=base.azure_spacing,
         idle_seconds=args.idle_seconds or base.idle_seconds,
         idle_warmup=base.idle_warmup,
@@ -77,14 +83,20 @@ def step(text: str) -> None:
     print(f"[bench] {text}", file=sys.stderr, flush=True)
 
 
-async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
-    results = Results(mode)
-    began = time.monotonic()
+async def start_receiver(module: str, workdir: Path) -> tuple[Proc, Receiver]:
     port = free_port()
-    receiver_proc = await spawn("receiver", ["-m", "bench.receiver", str(port)], workdir)
+    proc = await spawn(module.rsplit(".", 1)[-1], ["-m", module, str(port)], workdir)
     receiver = Receiver(port)
+    await receiver.ready()
+    return proc, receiver
+
+
+async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
+    results = Results(mode, load=[_load()])
+    began = time.monotonic()
+    receiver_proc, receiver = await start_receiver("bench.receiver", workdir)
+    plain_proc, plain = await start_receiver("bench.plain", workdir)
     try:
-        await receiver.ready()
         step(f"latency: {sizes.transitions} GCE transitions")
         results.gce = await latency.gce(sizes.transitions, workdir, receiver)
         step(f"latency: {sizes.transitions} Azure transitions (1 s, 0.25 s, sample)")
@@ -94,6 +106,13 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
         aws_transitions = max(2, sizes.transitions // 2)
         step(f"latency: {aws_transitions} AWS transitions (1 s, 0.25 s)")
         results.aws = await aws.latency(aws_transitions, workdir, receiver)
+        step(f"latency against plain http.server: {sizes.transitions} GCE transitions")
+        results.gce_plain = await latency.gce(sizes.transitions, workdir, plain, plain=True)
+        count = sizes.plain_azure_transitions
+        step(f"latency against plain http.server: {count} Azure transitions")
+        results.azure_plain = await latency.azure(
+            count, workdir, plain, sizes.azure_spacing, plain=True
+        )
         step(f"idle cost and footprint: {sizes.idle_seconds:g} s")
         results.idle = await idle.measure(sizes.idle_seconds, sizes.idle_warmup, workdir, receiver)
         step(f"start-up: {sizes.startup_runs} run(s) each")
@@ -108,6 +127,19 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
             results.drains.append(
                 await drain.drain(f"webhook, {mode_name}", sink, sizes.drain_events)
             )
+        results.drains.append(
+            await drain.drain(
+                PLAIN_DRAIN, webhook(plain.url("drain-plain"), "structured"), sizes.drain_events
+            )
+        )
+        results.drains.append(
+            await asyncio.to_thread(
+                drain.sync_client, plain.url("drain-sync-client"), sizes.drain_events
+            )
+        )
+        results.drains.append(
+            await drain.client_alone(plain.url("drain-client-alone"), sizes.drain_events)
+        )
         if sizes.pubsub:
             outcome = await drain.pubsub(sizes.drain_events)
             if isinstance(outcome, str):
@@ -132,50 +164,109 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
         if any("drain, webhook (structured" in label for label in missed):
             step("profiling the structured webhook drain")
             sink = {"type": "webhook", "url": receiver.url("drain-profile")}
-            results.drain_profile = await drain.profile_drain(sink, min(2000, sizes.drain_events))
+            results.drain_profile = [
+                *await drain.drain_steps(
+                    webhook(receiver.url("drain-steps")), min(2000, sizes.drain_events)
+                ),
+                "",
+                *await drain.profile_drain(sink, min(2000, sizes.drain_events)),
+            ]
+        if any("plain http.server receiver" in label for label in missed):
+            step("profiling the structured webhook drain to the plain receiver")
+            results.drain_profile_plain = [
+                *await drain.drain_steps(
+                    webhook(plain.url("drain-plain-steps")), min(2000, sizes.drain_events)
+                ),
+                "",
+                *await drain.profile_drain(
+                    webhook(plain.url("drain-plain-profile")), min(2000, sizes.drain_events)
+                ),
+            ]
+        reruns: Reruns = {}
         for target in targets(results):
             if target.missed() and "latency" in target.label:
                 step(f"profiling: {target.label}")
+                at_plain = PLAIN_LABEL in target.label
                 results.latency_profiles[target.label] = await latency_profile(
-                    target.label, results, workdir, receiver, min(60, sizes.transitions)
-                )
+                    target.label, results, workdir, plain if at_plain else receiver,
+                    min(60, sizes.transitions), reruns,
+                )  # fmt: skip
     finally:
-        await receiver.close()
-        await receiver_proc.stop()
+        for handle, proc in ((receiver, receiver_proc), (plain, plain_proc)):
+            await handle.close()
+            await proc.stop()
     results.seconds = time.monotonic() - began
+    results.load.append(_load())
     return results
 
 
+def _load() -> float:
+    """The host's 1-minute load average (NaN where the platform has none)."""
+    if sys.platform == "win32":
+        return float("nan")
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+#: Latency reruns with the steps timed, by (GCE?, plain servers?): one serves every target
+#: of that run (an Azure rerun times the 1 s and the 0.25 s bridge at once).
+Reruns = dict[tuple[bool, bool], tuple[list[Series], Path]]
+
+
 async def latency_profile(
-    label: str, results: Results, workdir: Path, receiver: Receiver, transitions: int
+    label: str,
+    results: Results,
+    workdir: Path,
+    receiver: Receiver,
+    transitions: int,
+    reruns: Reruns,
 ) -> list[str]:
-    """What a missed latency costs: the slowest transitions of the measured run, then the
-    bridge's CPU by package over a rerun under cProfile (slower than the measured run, so
-    read it for where the time goes, not for how much)."""
-    gce = label.startswith("GCE")
-    key = "gce" if gce else ("azure-1s" if "1 s" in label else "azure-0.25s")
-    measured = results.gce if gce else results.azure
-    series = next((s for s in measured if not s.baseline and s.name.endswith(_POLL[key])), None)
-    lines = worst(series) if series is not None else []
-    directory = workdir / f"latency-profile-{key}"  # its own spools, logs and profiles
-    directory.mkdir(exist_ok=True)
-    if gce:
-        await latency.gce(transitions, directory, receiver, directory)
+    """What a missed latency costs: the slowest transitions of the measured run, then where
+    the bridge's part goes, step by step, over a rerun with the steps timed (`bench.spans`:
+    the part is mostly waiting, a thread hand-off, an fsync, the receiver, which a CPU
+    profile does not show)."""
+    key = _series_key(label)
+    gce = key == "gce"
+    plain = PLAIN_LABEL in label
+    if plain:
+        measured = results.gce_plain if gce else results.azure_plain
     else:
-        await latency.azure(transitions, directory, receiver, 0.5, directory)
-    profile = directory / f"{key}.prof"
-    if not profile.exists():
-        return [*lines, "(the profiled bridge wrote no profile)"]
-    stats = pstats.Stats(str(profile))
-    return [
-        *lines,
-        "",
-        f"the bridge under cProfile for {transitions} transitions (start-up included):",
-        *by_package(stats, transitions, "transition"),
-    ]
+        measured = results.gce if gce else results.azure
+    lines = worst(series) if (series := _bridge_series(measured, key)) is not None else []
+    if (gce, plain) not in reruns:
+        # its own spools, logs and step timings
+        name = f"{'gce' if gce else 'azure'}{'-plain' if plain else ''}"
+        directory = workdir / f"latency-profile-{name}"
+        directory.mkdir(exist_ok=True)
+        if gce:
+            rerun = await latency.gce(transitions, directory, receiver, directory, plain=plain)
+        else:
+            rerun = await latency.azure(
+                transitions, directory, receiver, 0.5, directory, plain=plain
+            )
+        reruns[(gce, plain)] = (rerun, directory)
+    rerun, directory = reruns[(gce, plain)]
+    again = _bridge_series(rerun, key)
+    spans = latency.spans_file(directory, key)
+    if again is None or spans is None:
+        return [*lines, "(the rerun measured nothing)"]
+    return [*lines, "", f"a rerun of {transitions} transitions:", *breakdown(again, spans)]
+
+
+def _bridge_series(measured: list[Series], key: str) -> Series | None:
+    return next((s for s in measured if not s.baseline and _POLL[key] in s.name), None)
 
 
 _POLL = {"gce": "GCE long poll", "azure-1s": "Azure 1 s poll", "azure-0.25s": "Azure 0.25 s poll"}
+
+
+def _series_key(label: str) -> str:
+    """Which watcher a latency target's label speaks of."""
+    if label.startswith("GCE"):
+        return "gce"
+    return "azure-1s" if "1 s" in label else "azure-0.25s"
 
 
 def main(argv: list[str] | None = None) -> int:

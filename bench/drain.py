@@ -3,7 +3,9 @@
 Runs the real `Spool`, `Dispatcher` and sinks in this process (no watcher: the backlog is
 committed up front, as after a long outage) against the receiver process or the Pub/Sub
 emulator. The rate is events acknowledged per second, from the dispatcher's start until
-the last acknowledgement.
+the last acknowledgement. Next to the drain into the plain `http.server` receiver, the
+yardstick: a plain synchronous client (`http.client`, one kept connection) POSTing the same
+events, one per request, to the same receiver, with no spool behind it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import cProfile
+import gc
+import http.client
 import os
 import pstats
 import statistics
@@ -20,14 +24,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.profiles import by_package
+from bench.spans import timing
 from bridge.config import parse_config
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import serialize
-from bridge.pipeline.spool import NewEvent, Spool
+from bridge.infra.http1 import Http1Client
 from bridge.runner import build_sinks
+from bridge.pipeline.spool import NewEvent, Spool
+from sinks.webhook import STRUCTURED_CONTENT_TYPE
 from tests.factories import sample_events
+
+#: The yardstick's name in the report.
+SYNC_CLIENT = "a plain synchronous client (http.client, one kept connection)"
+HTTP1_ALONE = "the bridge's HTTP client alone (bridge.http1, one kept connection)"
 
 
 @dataclass
@@ -63,6 +75,10 @@ async def drain(name: str, sink: dict[str, Any], total: int) -> Drain:
         rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
         for start in range(0, total, 500):
             await spool.commit(rows[start : start + 500])
+        # The backlog now lives in the spool only, as after an outage: the benchmark's own
+        # copies would otherwise make every garbage collection of the drain scan them.
+        del events, rows
+        gc.collect()
         dispatcher = Dispatcher(spool, sinks)
         started = time.perf_counter()
         dispatcher.start()
@@ -79,6 +95,75 @@ async def drain(name: str, sink: dict[str, Any], total: int) -> Drain:
     return Drain(name, total, total / elapsed)
 
 
+def _structured(total: int) -> tuple[list[bytes], dict[str, str]]:
+    """`total` structured-mode bodies and the headers the webhook sink sends with them."""
+    bodies = [serialize(event) for event in sample_events(total)]
+    return bodies, {"content-type": STRUCTURED_CONTENT_TYPE, "user-agent": "bench"}
+
+
+def sync_client(url: str, total: int) -> Drain:
+    """Requests per second of `http.client` POSTing `total` structured events one by one on
+    one kept connection (blocking: run it in a thread), each answer read in full."""
+    parts = urlsplit(url)
+    bodies, headers = _structured(total)
+    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80)
+    try:
+        started = time.perf_counter()
+        for body in bodies:
+            connection.request("POST", parts.path, body=body, headers=headers)
+            answer = connection.getresponse()
+            answer.read()
+            if answer.status >= 300:
+                raise RuntimeError(f"{SYNC_CLIENT}: HTTP {answer.status}")
+        elapsed = time.perf_counter() - started
+    finally:
+        connection.close()
+    return Drain(SYNC_CLIENT, total, total / elapsed)
+
+
+async def client_alone(url: str, total: int) -> Drain:
+    """The same as `sync_client` with the bridge's own HTTP client and nothing else of the
+    bridge (no spool, no dispatcher, no sink): how much of a drain's gap is the client's."""
+    bodies, headers = _structured(total)
+    client = Http1Client(url, timeout=10.0, user_agent=headers.pop("user-agent"))
+    try:
+        started = time.perf_counter()
+        for body in bodies:
+            answer = await client.request("POST", body=body, headers=headers)
+            if answer.status >= 300:
+                raise RuntimeError(f"{HTTP1_ALONE}: HTTP {answer.status}")
+        elapsed = time.perf_counter() - started
+    finally:
+        await client.aclose()
+    return Drain(HTTP1_ALONE, total, total / elapsed)
+
+
+#: What a drain's time per event is spent on, timed in this process (`bench.spans.timing`).
+DRAIN_STEPS = {
+    ("bridge.pipeline.dispatch", "Dispatcher", "_deliver"): "delivery: parse, encode, the HTTP exchange",
+    ("bridge.infra.http1", "Http1Client", "request"): "  of which the HTTP exchange",
+    ("bridge.pipeline.spool", "Spool", "ack"): "acknowledgements (spool transactions, awaited)",
+    ("bridge.pipeline.spool", "Spool", "pending"): "spool reads (windows of pending events)",
+}
+
+
+async def drain_steps(sink: dict[str, Any], total: int) -> list[str]:
+    """Where a drain's wall time goes, per event: a CPU profile cannot tell waiting (the
+    receiver's turn, a spool transaction) from work, these timings can."""
+    with timing(DRAIN_STEPS) as durations:
+        result = await drain("steps", sink, total)
+    per_event = 1e6 / result.per_second
+    lines = [f"where a drain's time goes, per event ({result.per_second:,.0f} ev/s, "
+             f"{per_event:.0f} us an event):"]  # fmt: skip
+    accounted = 0.0
+    for (_, _, method), step in DRAIN_STEPS.items():
+        spent = sum(durations[step]) / total * 1e6
+        accounted += 0.0 if method == "request" else spent
+        lines.append(f"  {spent:6.0f} us  {step}")
+    lines.append(f"  {per_event - accounted:6.0f} us  the rest (the worker's loop, waiting)")
+    return lines
+
+
 async def profile_drain(sink: dict[str, Any], total: int) -> list[str]:
     """Where a drain spends its CPU: cProfile, summed by package."""
     profiler = cProfile.Profile()
@@ -87,7 +172,7 @@ async def profile_drain(sink: dict[str, Any], total: int) -> list[str]:
         await drain("profile", sink, total)
     finally:
         profiler.disable()
-    return by_package(pstats.Stats(profiler), total, "event")
+    return ["the same drain under cProfile:", *by_package(pstats.Stats(profiler), total, "event")]
 
 
 @contextlib.contextmanager

@@ -21,13 +21,15 @@ poll, the bridge at 0.25 s and Microsoft's sample (which sleeps 1 s between poll
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.plain import PlainFront, Served
 from bench.procs import Proc, bridge_config, spawn, start_bridge, stopped_on_exit, webhook
 from bench.receiver import Receiver
 from bench.stats import Series
@@ -47,8 +49,22 @@ async def until(predicate: Callable[[], bool], timeout: float, what: str) -> Non
         await asyncio.sleep(0.002)
 
 
-def first_answer(sim: Simulator, path_end: str, after: float, status: int = 200) -> float | None:
-    """When the simulator handed over its first answer to `path_end` at or after `after`
+#: Appended to the series names of a run against the plain servers (`bench.plain`).
+PLAIN = " (plain http.server)"
+
+
+@contextlib.asynccontextmanager
+async def served(sim: Simulator, plain: bool) -> AsyncIterator[Served]:
+    """What the watchers talk to: the simulator itself, or `http.server` in front of it."""
+    if not plain:
+        yield sim
+        return
+    async with PlainFront(sim) as front:
+        yield front
+
+
+def first_answer(sim: Served, path_end: str, after: float, status: int = 200) -> float | None:
+    """When the server handed over its first answer to `path_end` at or after `after`
     (with `status`: a notice that went away answers 404 on AWS)."""
     for record in sim.requests:
         if (
@@ -66,7 +82,7 @@ def printed(proc: Proc, lines: int) -> Callable[[], bool]:
     return lambda: len(proc.lines) >= lines
 
 
-def hanging(sim: Simulator) -> bool:
+def hanging(sim: Served) -> bool:
     """A long poll on maintenance-event is waiting (the watcher is ready for a change)."""
     return any(
         r.path.endswith(MAINTENANCE) and "last_etag" in r.query and r.answered is None
@@ -75,29 +91,44 @@ def hanging(sim: Simulator) -> bool:
 
 
 async def gce(
-    count: int, workdir: Path, receiver: Receiver, profile_dir: Path | None = None
+    count: int,
+    workdir: Path,
+    receiver: Receiver,
+    profile_dir: Path | None = None,
+    plain: bool = False,
 ) -> list[Series]:
-    ours = Series("bridge, GCE long poll", baseline=False, expected=count)
-    theirs = Series("Google's sample, GCE long poll", baseline=True, expected=count)
-    async with Simulator(provider="gce") as sim, Simulator(provider="gce") as base_sim:
+    """With `plain`, the watchers poll `http.server` fronts and `receiver` is the plain one."""
+    suffix, prefix = (PLAIN, "plain-") if plain else ("", "")
+    ours = Series(f"bridge, GCE long poll{suffix}", baseline=False, expected=count)
+    theirs = Series(f"Google's sample, GCE long poll{suffix}", baseline=True, expected=count)
+    async with (
+        Simulator(provider="gce") as sim,
+        Simulator(provider="gce") as base_sim,
+        served(sim, plain) as ours_at,
+        served(base_sim, plain) as base_at,
+    ):
         procs: list[Proc] = []
         with stopped_on_exit(procs):
             config = bridge_config(
-                workdir / "gce-latency",
+                workdir / f"{prefix}gce-latency",
                 "gce",
                 [webhook(receiver.url(_stream(profile_dir, "gce")))],
-                gce_url=sim.gce_url,
-                azure_url=sim.azure_url,
+                gce_url=ours_at.gce_url,
+                azure_url=ours_at.azure_url,
             )
             procs.append(
-                await start_bridge("gce-latency", workdir, config, _profile(profile_dir, "gce"))
+                await start_bridge(
+                    f"{prefix}gce-latency", workdir, config, spans_file(profile_dir, "gce")
+                )
             )
             sample = await spawn(
-                "gce-sample", ["-m", "bench.baseline", "gce", base_sim.gce_url], workdir,
+                f"{prefix}gce-sample", ["-m", "bench.baseline", "gce", base_at.gce_url], workdir,
                 stamped_stdout=True,
             )  # fmt: skip
             procs.append(sample)
-            await until(lambda: hanging(sim) and hanging(base_sim), 30, "the watchers' first poll")
+            await until(
+                lambda: hanging(ours_at) and hanging(base_at), 30, "the watchers' first poll"
+            )
             changes: list[tuple[float, float]] = []
             rng = random.Random(7)
             for i in range(count):
@@ -110,7 +141,7 @@ async def gce(
                 await receiver.wait(_stream(profile_dir, "gce"), i + 1)
                 # its "started" line, then one line per change
                 await until(printed(sample, i + 2), 10, "the GCE sample's print")
-                await until(lambda: hanging(sim) and hanging(base_sim), 10, "a new long poll")
+                await until(lambda: hanging(ours_at) and hanging(base_at), 10, "a new long poll")
                 await asyncio.sleep(rng.uniform(0.0, 0.01))
             records = await receiver.records(_stream(profile_dir, "gce"))
             for i, record in enumerate(records[:count]):
@@ -118,12 +149,12 @@ async def gce(
                 if (record.get("raw") or {}).get("value") != expected:
                     raise RuntimeError(f"event {i} carries {record.get('raw')}, not {expected}")
                 t0 = changes[i][0]
-                answered = first_answer(sim, MAINTENANCE, t0)
+                answered = first_answer(ours_at, MAINTENANCE, t0)
                 if answered is not None:
                     ours.add(t0, answered, record["at"])
             for i, (stamp, _text) in enumerate(sample.lines[1 : count + 1]):
                 t0 = changes[i][1]
-                answered = first_answer(base_sim, MAINTENANCE, t0)
+                answered = first_answer(base_at, MAINTENANCE, t0)
                 if answered is not None:
                     theirs.add(t0, answered, stamp)
             for proc in procs:
@@ -145,12 +176,17 @@ async def azure(
     receiver: Receiver,
     spacing: float,
     profile_dir: Path | None = None,
+    plain: bool = False,
 ) -> list[Series]:
+    """With `plain`, the watchers poll `http.server` fronts and `receiver` is the plain one."""
+    suffix, prefix = (PLAIN, "plain-") if plain else ("", "")
     polls = {"azure-1s": 1.0, "azure-0.25s": 0.25}
     series = {
-        "azure-1s": Series("bridge, Azure 1 s poll", baseline=False, expected=count),
-        "azure-0.25s": Series("bridge, Azure 0.25 s poll", baseline=False, expected=count),
-        "sample": Series("Microsoft's sample, Azure 1 s poll", baseline=True, expected=count),
+        "azure-1s": Series(f"bridge, Azure 1 s poll{suffix}", baseline=False, expected=count),
+        "azure-0.25s": Series(f"bridge, Azure 0.25 s poll{suffix}", baseline=False, expected=count),
+        "sample": Series(
+            f"Microsoft's sample, Azure 1 s poll{suffix}", baseline=True, expected=count
+        ),
     }
     sims = {name: Simulator(provider="azure") for name in series}
     for sim in sims.values():
@@ -158,70 +194,75 @@ async def azure(
         sim.faults.set("azure", rate_limit=False)
     procs: list[Proc] = []
     try:
-        with stopped_on_exit(procs):
-            for name, interval in polls.items():
-                config = bridge_config(
-                    workdir / f"{name}-latency",
-                    "azure",
-                    [webhook(receiver.url(_stream(profile_dir, name)))],
-                    gce_url=sims[name].gce_url,
-                    azure_url=sims[name].azure_url,
-                )
-                config["source"]["azure"]["poll_interval"] = interval
-                procs.append(
-                    await start_bridge(
-                        f"{name}-latency", workdir, config, _profile(profile_dir, name)
+        async with contextlib.AsyncExitStack() as stack:
+            at = {name: await stack.enter_async_context(served(sim, plain))
+                  for name, sim in sims.items()}  # fmt: skip
+            with stopped_on_exit(procs):
+                for name, interval in polls.items():
+                    config = bridge_config(
+                        workdir / f"{prefix}{name}-latency",
+                        "azure",
+                        [webhook(receiver.url(_stream(profile_dir, name)))],
+                        gce_url=at[name].gce_url,
+                        azure_url=at[name].azure_url,
                     )
+                    config["source"]["azure"]["poll_interval"] = interval
+                    spans = spans_file(profile_dir, name)
+                    procs.append(
+                        await start_bridge(f"{prefix}{name}-latency", workdir, config, spans)
+                    )
+                sample = await spawn(
+                    f"{prefix}azure-sample",
+                    ["-m", "bench.baseline", "azure", at["sample"].azure_url],
+                    workdir, stamped_stdout=True,
+                )  # fmt: skip
+                procs.append(sample)
+
+                def polled_twice(served: Served) -> bool:
+                    return sum(r.path.endswith("scheduledevents") for r in served.requests) >= 2
+
+                await until(
+                    lambda: all(polled_twice(s) for s in at.values()), 30, "the first Azure polls"
                 )
-            sample = await spawn(
-                "azure-sample", ["-m", "bench.baseline", "azure", sims["sample"].azure_url],
-                workdir, stamped_stdout=True,
-            )  # fmt: skip
-            procs.append(sample)
-
-            def polled_twice(sim: Simulator) -> bool:
-                return sum(r.path.endswith("scheduledevents") for r in sim.requests) >= 2
-
-            await until(
-                lambda: all(polled_twice(s) for s in sims.values()), 30, "the first Azure polls"
-            )
-            changes = await _play_azure(count, sims, spacing)
-            for name in polls:
-                await receiver.wait(_stream(profile_dir, name), count, timeout=15)
-            last = changes[-1].incarnation if changes else 0
-            await until(lambda: _processed(sample) >= last, 15, "the Azure sample's last print")
-            for name in polls:
-                records = await receiver.records(_stream(profile_dir, name))
-                by_key = {(r["notice_id"], r["status"]): r for r in records}
+                changes = await _play_azure(count, sims, spacing)
+                for name in polls:
+                    await receiver.wait(_stream(profile_dir, name), count, timeout=15)
+                last = changes[-1].incarnation if changes else 0
+                await until(lambda: _processed(sample) >= last, 15, "the Azure sample's last print")
+                for name in polls:
+                    records = await receiver.records(_stream(profile_dir, name))
+                    by_key = {(r["notice_id"], r["status"]): r for r in records}
+                    for change in changes:
+                        status = "scheduled" if change.added else "cancelled"
+                        record = by_key.get((change.event_id, status))
+                        answered = first_answer(at[name], "scheduledevents", change.at[name])
+                        if record is not None and answered is not None:
+                            t0 = change.at[name]
+                            series[name].add(t0, answered, record["at"])
+                printed = [
+                    (stamp, int(text.rsplit(" ", 1)[1]))
+                    for stamp, text in sample.lines
+                    if text.startswith("Processed events from document:")
+                ]
                 for change in changes:
-                    status = "scheduled" if change.added else "cancelled"
-                    record = by_key.get((change.event_id, status))
-                    answered = first_answer(sims[name], "scheduledevents", change.at[name])
-                    if record is not None and answered is not None:
-                        t0 = change.at[name]
-                        series[name].add(t0, answered, record["at"])
-            printed = [
-                (stamp, int(text.rsplit(" ", 1)[1]))
-                for stamp, text in sample.lines
-                if text.startswith("Processed events from document:")
-            ]
-            for change in changes:
-                t0 = change.at["sample"]
-                seen = next((s for s, n in printed if n >= change.incarnation and s >= t0), None)
-                answered = first_answer(sims["sample"], "scheduledevents", t0)
-                if seen is not None and answered is not None:
-                    series["sample"].add(t0, answered, seen)
-            for proc in procs:
-                await proc.stop()
+                    t0 = change.at["sample"]
+                    seen = next(
+                        (s for s, n in printed if n >= change.incarnation and s >= t0), None
+                    )
+                    answered = first_answer(at["sample"], "scheduledevents", t0)
+                    if seen is not None and answered is not None:
+                        series["sample"].add(t0, answered, seen)
+                for proc in procs:
+                    await proc.stop()
     finally:
         for sim in sims.values():
             await sim.stop()
     return list(series.values())
 
 
-def _profile(directory: Path | None, name: str) -> Path | None:
-    """Where the bridge of series `name` writes its cProfile data, when profiling."""
-    return None if directory is None else directory / f"{name}.prof"
+def spans_file(directory: Path | None, name: str) -> Path | None:
+    """Where the bridge of series `name` times its steps (`bench.spans`), when profiling."""
+    return None if directory is None else directory / f"{name}.spans"
 
 
 def _stream(profile_dir: Path | None, name: str) -> str:

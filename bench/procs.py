@@ -189,19 +189,19 @@ async def _read_stamped(proc: Proc) -> None:
 
 
 async def start_bridge(
-    name: str, workdir: Path, config: Mapping[str, Any], profile: Path | None = None
+    name: str, workdir: Path, config: Mapping[str, Any], spans: Path | None = None
 ) -> Proc:
     """`maintenance-bridge run --config` as its own process, logging JSON lines to a file.
 
-    With `profile`, the bridge runs under cProfile, which writes there when it stops.
+    With `spans`, the steps of each notice's way are timed into that file (`bench.spans`).
     """
     directory = workdir / name
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "config.toml"
     path.write_text(to_toml(config))
     command = ["-m", "bridge", "--log-format", "json", "run", "--config", str(path)]
-    if profile is not None:
-        command = ["-m", "cProfile", "-o", str(profile), *command]
+    if spans is not None:
+        command = ["-m", "bench.spans", str(spans), *command]
     return await spawn(name, command, directory)
 
 

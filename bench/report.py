@@ -10,21 +10,35 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.drain import Drain
+from bench.drain import HTTP1_ALONE, SYNC_CLIENT, Drain
 from bench.idle import Idle
 from bench.startup import Startup
 from bench.stats import Series, summarize
 
 Emit = Callable[[str], object]
 
+#: In the labels of what ran against the plain `http.server` servers (`bench.plain`).
+PLAIN_LABEL = "plain http.server"
+#: The drain of the structured webhook sink into the plain receiver.
+PLAIN_DRAIN = f"webhook, structured, {PLAIN_LABEL} receiver"
+#: How close (ms) the bridge's median part of the latency must come to the vendor sample's.
+SAMPLE_MARGIN_MS = 2.0
+#: The share of the plain synchronous client's rate the bridge's drain must reach.
+SYNC_SHARE = 0.8
+
 
 @dataclass
 class Results:
     mode: str
     seconds: float = 0.0
+    #: The host's 1-minute load average when the run began and when it ended (other work
+    #: on the machine shows in every figure; 2 cores are busy at 2.0).
+    load: list[float] = field(default_factory=list)
     gce: list[Series] = field(default_factory=list)
     azure: list[Series] = field(default_factory=list)
     aws: list[Series] = field(default_factory=list)
+    gce_plain: list[Series] = field(default_factory=list)
+    azure_plain: list[Series] = field(default_factory=list)
     idle: list[Idle] = field(default_factory=list)
     startup: list[Startup] = field(default_factory=list)
     commit_ms: list[float] = field(default_factory=list)
@@ -34,6 +48,7 @@ class Results:
     import_profile_sdks: tuple[float, list[tuple[float, str]]] = (0.0, [])
     rss_profile: list[str] = field(default_factory=list)
     drain_profile: list[str] = field(default_factory=list)
+    drain_profile_plain: list[str] = field(default_factory=list)
     idle_profile: list[str] = field(default_factory=list)
     #: Per missed latency target (its label): the slowest transitions, then a CPU profile.
     latency_profiles: dict[str, list[str]] = field(default_factory=dict)
@@ -68,7 +83,7 @@ class Target:
     higher_is_better: bool = False
 
     def verdict(self) -> str:
-        if self.value is None or math.isnan(self.value):
+        if self.value is None or math.isnan(self.value) or math.isnan(self.limit):
             return "not measured"
         if self.higher_is_better:
             ok, margin = self.value > self.limit, self.value - self.limit
@@ -110,6 +125,14 @@ def targets(results: Results) -> list[Target]:
     def p99_ours(series: Series | None) -> float | None:
         return summarize(series.ours).p99 if series and series.ours else None
 
+    def p50_ours(series: Series | None) -> float | None:
+        return summarize(series.ours).p50 if series and series.ours else None
+
+    def near_sample(label: str, ours: Series | None, sample: Series | None) -> Target:
+        base = p50_ours(sample)
+        limit = math.nan if base is None else base + SAMPLE_MARGIN_MS
+        return Target(label, p50_ours(ours), base, limit, "ms")
+
     gce_ours, gce_base = _find(results.gce, "bridge"), _find(results.gce, "Google")
     az1 = _find(results.azure, "bridge, Azure 1 s")
     az025 = _find(results.azure, "bridge, Azure 0.25 s")
@@ -131,6 +154,8 @@ def targets(results: Results) -> list[Target]:
     sample_rss = idle_value("Google's sample (GCE)", cpu=False)
     no_sdk = start.get("bridge, webhook sink (no cloud SDK)")
     sample_start = start.get("Google's sample (GCE)")
+    sync = drain_rate(SYNC_CLIENT)
+    near = f"p50, within {SAMPLE_MARGIN_MS:g} ms of"
     return [
         Target("GCE: our part of notice-to-delivery latency, p99", p99_ours(gce_ours),
                p99_ours(gce_base), 20.0, "ms"),
@@ -138,7 +163,13 @@ def targets(results: Results) -> list[Target]:
                p99_ours(az_base), 20.0, "ms"),
         Target("Azure, 0.25 s poll: our part of the latency, p99", p99_ours(az025),
                p99_ours(az_base), 20.0, "ms"),
-        Target("Idle peak RSS, webhook sink only (GCE)", webhook_rss, sample_rss, 40.0, "MiB"),
+        near_sample(f"GCE: our part of the latency, {near} Google's sample", gce_ours, gce_base),
+        near_sample(f"GCE, {PLAIN_LABEL}: our part of the latency, {near} Google's sample",
+                    _find(results.gce_plain, "bridge"), _find(results.gce_plain, "Google")),
+        near_sample(f"Azure, 1 s poll, {PLAIN_LABEL}: our part of the latency, {near} "
+                    "Microsoft's sample", _find(results.azure_plain, "bridge, Azure 1 s"),
+                    _find(results.azure_plain, "Microsoft")),
+        Target("Idle peak RSS, webhook sink only (GCE)", webhook_rss, sample_rss, 30.0, "MiB"),
         Target("Idle CPU, Azure 1 s poll", idle_value("bridge, Azure 1 s, webhook sink", True),
                idle_value("Microsoft's sample (Azure 1 s)", True), 10.0, "s/h"),
         Target("Start-up to first metadata request, no cloud SDK",
@@ -150,6 +181,10 @@ def targets(results: Results) -> list[Target]:
                drain_rate("webhook, batch"), None, 2000.0, "ev/s", higher_is_better=True),
         Target("Backlog drain, Kafka sink to librdkafka's mock cluster",
                drain_rate("Kafka mock cluster, binary"), None, 5000.0, "ev/s",
+               higher_is_better=True),
+        Target(f"Backlog drain to a {PLAIN_LABEL} receiver (structured), "
+               f"{SYNC_SHARE:.0%} of a plain synchronous client's rate",
+               drain_rate(PLAIN_DRAIN), sync, sync * SYNC_SHARE if sync else math.nan, "ev/s",
                higher_is_better=True),
     ]  # fmt: skip
 
@@ -169,6 +204,9 @@ def render(results: Results) -> str:
     add("# Benchmark report")
     add("")
     add(f"Machine: {machine()}. Mode: {results.mode}; the suite ran in {results.seconds:.0f} s.")
+    if results.load:
+        loads = " and ".join(f"{value:.1f}" for value in results.load)
+        add(f"Load average (1 min) at the start and the end of the run: {loads}.")
     add("Everything on loopback; the bridge, the receiver and each vendor sample are separate")
     add("processes; the simulators run in the driver process.")
     add("")
@@ -185,8 +223,12 @@ def render(results: Results) -> str:
         )
     add("")
     add("Ratios are bridge / vendor sample measured in the same run (below 1x the bridge is")
-    add("faster or smaller). The samples only print what they see; the bridge also commits")
-    add("each event to its SQLite spool with fsync and POSTs it to a webhook.")
+    add("faster or smaller); for the drain into the plain receiver, bridge / plain synchronous")
+    add("client. The samples only print what they see; the bridge also commits each event to")
+    add("its SQLite spool with fsync and POSTs it to a webhook. Rows marked plain http.server")
+    add("ran against Python's `http.server` as the metadata server and the webhook receiver")
+    add("(it writes an answer's head and body separately, as many real servers do); the")
+    add("others against our aiohttp simulator and receiver (one write per answer).")
     add("")
     _latency(results, add)
     _process(results, add)
@@ -205,7 +247,7 @@ def _latency(results: Results, emit: Emit) -> None:
     emit("")
     emit("| watcher | transitions | total | poll wait | our part (total - poll wait) |")
     emit("| --- | --- | --- | --- | --- |")
-    for series in [*results.gce, *results.azure, *results.aws]:
+    for series in _all_series(results):
         got = f"{len(series.total)} of {series.expected}"
         emit(
             f"| {series.name} | {got} | {_triple(series.total)} | {_triple(series.wait)} | "
@@ -223,6 +265,12 @@ def _latency(results: Results, emit: Emit) -> None:
     emit("removals of events at random moments (about two per second), so several can share")
     emit("one poll; all Azure watchers saw the same sequence. AWS transitions are a Spot")
     emit("interruption notice appearing and going away (bench/aws.py). Plot: `latency.png`.")
+    emit("")
+    emit(f"Rows marked ({PLAIN_LABEL}): the same, with Python's `http.server` (HTTP/1.1,")
+    emit("keep-alive, Nagle on, head and body written in two sends) in front of each simulator")
+    emit("and as the webhook receiver (`bench/plain.py`); the poll wait ends when the plain")
+    emit("server writes the answer's head, so the forwarding hop counts as poll wait. The")
+    emit("Azure run against the plain servers plays fewer transitions, to keep the suite short.")
     emit("")
 
 
@@ -266,7 +314,17 @@ def _drain(results: Results, emit: Emit) -> None:
     )
     for item in results.drains:
         rate = f"{item.per_second:,.0f} ev/s"
-        emit(f"| backlog drain: {item.events:,} events to {item.name} | {rate} |")
+        if item.name in (SYNC_CLIENT, HTTP1_ALONE):
+            emit(f"| yardstick: {item.events:,} events, one per request, by {item.name}, to "
+                 f"the {PLAIN_LABEL} receiver | {rate} |")  # fmt: skip
+        else:
+            emit(f"| backlog drain: {item.events:,} events to {item.name} | {rate} |")
+    emit("")
+    emit(f"The {PLAIN_LABEL} receiver answers each webhook `204 No Content` (a head, no")
+    emit("body). The yardsticks POST the same structured events, serialized up front, with")
+    emit("no spool, no dispatcher and no retries behind them: a plain synchronous client (what")
+    emit("one request costs at the least), then the bridge's own HTTP client alone (what of")
+    emit("the drain's cost is the client's, and what is the rest of the bridge's).")
     emit("")
 
 
@@ -295,6 +353,18 @@ def _profiles(results: Results, table: list[Target], emit: Emit) -> None:
             emit(f"with the cloud SDKs: {total:.0f} ms; costliest:")
             for ms, name in ranked[:5]:
                 emit(f"  {ms:7.1f} ms  {name}")
+        elif PLAIN_LABEL in t.label and "drain" in t.label:
+            rates = {d.name: d.per_second for d in results.drains}
+            if t.baseline and HTTP1_ALONE in rates:
+                alone = rates[HTTP1_ALONE]
+                emit(
+                    f"the bridge's HTTP client alone, same events and receiver: {alone:,.0f} "
+                    f"ev/s ({alone / t.baseline:.0%} of the synchronous client); the rest of"
+                )
+                emit("the gap is the dispatcher, the spool and the sink (see the profile)")
+                emit("")  # fmt: skip
+            for line in results.drain_profile_plain:
+                emit(line)
         elif "drain" in t.label:
             for line in results.drain_profile:
                 emit(line)
@@ -312,16 +382,24 @@ def _profiles(results: Results, table: list[Target], emit: Emit) -> None:
         emit("")
 
 
+def _all_series(results: Results) -> list[Series]:
+    return [*results.gce, *results.azure, *results.aws, *results.gce_plain, *results.azure_plain]
+
+
 def plot(results: Results, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = [s for s in [*results.gce, *results.azure, *results.aws] if s.total]
+    series = [s for s in _all_series(results) if s.total]
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
     for s in series:
-        style = "--" if s.baseline else "-"
+        style = (
+            ("-." if s.baseline else ":")
+            if PLAIN_LABEL in s.name
+            else ("--" if s.baseline else "-")
+        )
         for axis, values in ((left, s.total), (right, s.ours)):
             ordered = sorted(max(v, 1e-3) for v in values)
             fraction = [(i + 1) / len(ordered) for i in range(len(ordered))]

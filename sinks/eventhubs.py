@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 from cloudevents.core.bindings import amqp
@@ -54,6 +54,7 @@ PERMANENT_CONDITIONS: Final = frozenset(
         "argument-out-of-range",
     }
 )
+ClientT = TypeVar("ClientT")
 _CONDITION: Final = re.compile(r"(?:amqp|com\.microsoft):(?:link:)?([a-z-]+)")
 
 
@@ -69,16 +70,53 @@ class Config(SinkConfig, frozen=True, kw_only=True):
     timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
 
     def __post_init__(self) -> None:
-        if self.connection_string is not None:
-            if self.fully_qualified_namespace is not None:
-                raise ValueError(
-                    "set either connection_string or fully_qualified_namespace + eventhub, not both"
-                )
-        elif not self.fully_qualified_namespace or not self.eventhub:
+        check_target(self.connection_string, self.fully_qualified_namespace, self.eventhub)
+
+
+def check_target(
+    connection_string: Secret | None, fully_qualified_namespace: str | None, eventhub: str | None
+) -> None:
+    """A hub is named by a connection string, or by a namespace and a hub (Azure AD); also
+    used by the fleet service's `eventhubs` source."""
+    if connection_string is not None:
+        if fully_qualified_namespace is not None:
             raise ValueError(
-                "set connection_string, or fully_qualified_namespace and eventhub "
-                "(Azure AD / managed identity)"
+                "set either connection_string or fully_qualified_namespace + eventhub, not both"
             )
+    elif not fully_qualified_namespace or not eventhub:
+        raise ValueError(
+            "set connection_string, or fully_qualified_namespace and eventhub "
+            "(Azure AD / managed identity)"
+        )
+
+
+def open_client(
+    client_class: Callable[..., ClientT],
+    connection_string: Secret | None,
+    fully_qualified_namespace: str | None,
+    eventhub: str | None,
+    transport: str,
+    **options: Any,
+) -> tuple[ClientT, DefaultAzureCredential | None]:
+    """A producer or consumer client (`client_class`) on the hub of a `check_target`-valid
+    configuration, with the credential to close after it (None with a connection string).
+    Also used by the fleet service's `eventhubs` source."""
+    from azure.eventhub import TransportType
+
+    options["transport_type"] = (
+        TransportType.AmqpOverWebsocket if transport == "websockets" else TransportType.Amqp
+    )
+    if connection_string is not None:
+        client: ClientT = client_class.from_connection_string(  # type: ignore[attr-defined]
+            connection_string.get_secret_value(), eventhub_name=eventhub, **options
+        )
+        return client, None
+    from azure.identity.aio import DefaultAzureCredential
+
+    assert fully_qualified_namespace
+    assert eventhub
+    credential = DefaultAzureCredential()
+    return client_class(fully_qualified_namespace, eventhub, credential, **options), credential
 
 
 def to_event_data(event: CloudEvent, mode: str) -> EventData:
@@ -165,33 +203,19 @@ class EventHubsSink(Sink):
         self.target = self._client.eventhub_name
 
     def _make_client(self) -> EventHubProducerClient:
-        from azure.eventhub import TransportType
         from azure.eventhub.aio import EventHubProducerClient
 
         config = self._config
-        options: dict[str, Any] = {
-            "retry_total": 0,
-            "auth_timeout": max(1, round(config.timeout)),
-            "transport_type": (
-                TransportType.AmqpOverWebsocket
-                if config.transport == "websockets"
-                else TransportType.Amqp
-            ),
-        }
-        if config.connection_string is not None:
-            return EventHubProducerClient.from_connection_string(
-                config.connection_string.get_secret_value(),
-                eventhub_name=config.eventhub,
-                **options,
-            )
-        from azure.identity.aio import DefaultAzureCredential
-
-        assert config.fully_qualified_namespace
-        assert config.eventhub
-        self._credential = DefaultAzureCredential()
-        return EventHubProducerClient(
-            config.fully_qualified_namespace, config.eventhub, self._credential, **options
+        client, self._credential = open_client(
+            EventHubProducerClient,
+            config.connection_string,
+            config.fully_qualified_namespace,
+            config.eventhub,
+            config.transport,
+            retry_total=0,
+            auth_timeout=max(1, round(config.timeout)),
         )
+        return client
 
     async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
         groups: dict[str, list[CloudEvent]] = {}

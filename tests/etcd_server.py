@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from bridge.infra import platform
-from tests.support import free_port
+from tests.support import free_port, running_as_root
 
 INSTALL_HELP = (
     "etcd is needed for the coordination tests: install Debian's etcd-server package "
@@ -41,7 +41,7 @@ _CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 def find_etcd() -> str | None:
     """The etcd binary; installs Debian's etcd-server when missing and possible (root)."""
     found = shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
-    if found or getattr(os, "geteuid", lambda: -1)() != 0 or shutil.which("apt-get") is None:
+    if found or not running_as_root() or shutil.which("apt-get") is None:
         return found
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (["apt-get", "update"], ["apt-get", "install", "-y", "etcd-server"]):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -93,6 +94,13 @@ async def bridge_process(*args: str) -> asyncio.subprocess.Process:
         cwd=_ROOT,
         stderr=asyncio.subprocess.DEVNULL,
     )
+
+
+def running_as_root() -> bool:
+    """Whether a test set-up may install what it lacks (apt-get) or must drop privileges to
+    run a server that refuses root; False where there are no POSIX user ids (Windows)."""
+    geteuid = getattr(os, "geteuid", None)
+    return geteuid is not None and geteuid() == 0
 
 
 def free_port() -> int:

@@ -31,8 +31,15 @@ def test_the_quick_benchmark_writes_a_report_and_a_plot(tmp_path: Path) -> None:
         assert section in report
     for watcher in ("bridge, GCE long poll", "Google's sample", "bridge, Azure 1 s poll",
                     "bridge, Azure 0.25 s poll", "Microsoft's sample"):  # fmt: skip
-        row = next(line for line in report.splitlines() if line.startswith(f"| {watcher}"))
-        assert "| 4 of 4 |" in row  # every transition was seen and timed
+        # against our simulator and receiver, and against the plain http.server ones
+        for suffix in ("", " (plain http.server)"):
+            row = next(
+                line
+                for line in report.splitlines()
+                if line.startswith(f"| {watcher}") and line.split(" |")[0].endswith(suffix)
+            )
+            assert "| 4 of 4 |" in row  # every transition was seen and timed
+    assert "plain synchronous client" in report  # the drain's yardstick ran
     for watcher in ("bridge, AWS 1 s poll", "bridge, AWS 0.25 s poll"):
         row = next(line for line in report.splitlines() if line.startswith(f"| {watcher}"))
         assert "| 2 of 2 |" in row  # AWS plays half as many transitions

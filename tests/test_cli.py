@@ -143,6 +143,8 @@ poll_interval = 0.25
 dir = "{tmp_path / "state"}"
 [listener]
 port = {port}
+[heartbeat]
+interval = 0
 [[sinks]]
 type = "file"
 path = "{out}"

@@ -168,6 +168,8 @@ dir = "{state}"
 port = 0
 [delivery]
 shutdown_timeout = 1.0
+[heartbeat]
+interval = 0
 [[sinks]]
 type = "webhook"
 url = "{receiver.url}"

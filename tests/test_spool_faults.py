@@ -208,7 +208,10 @@ async def test_health_of_the_real_process_while_its_spool_cannot_be_written(
     port = free_port()
     out = tmp_path / "events.jsonl"
     config = tmp_path / "bridge.toml"
-    settings = f"[delivery]\nspool_failure_timeout = 2.0\n[listener]\nport = {port}\n"
+    settings = (
+        f"[delivery]\nspool_failure_timeout = 2.0\n[listener]\nport = {port}\n"
+        "[heartbeat]\ninterval = 0\n"  # the file gets the one notice and nothing else
+    )
     config.write_text(
         f'[source.gce]\nmetadata_url = "{gce_sim.gce_url}"\n[source]\nprovider = "gce"\n'
         f'[state]\ndir = "{tmp_path}"\n{settings}[[sinks]]\ntype = "file"\npath = "{out}"\n'

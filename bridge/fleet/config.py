@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from bridge.config import apply_env_overrides, read_toml
+from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.infra.secrets import Secret
 from bridge.infra.validation import ConfigError, FieldError, render_path, validate_into
 from sinks import _webhook_signing as signing
@@ -110,7 +111,11 @@ class HttpSourceConfig(_Table, frozen=True, kw_only=True):
 
 
 #: Source type -> its configuration Struct.
-SOURCE_TYPES: Final[dict[str, type[msgspec.Struct]]] = {"http": HttpSourceConfig}
+SOURCE_TYPES: Final[dict[str, type[msgspec.Struct]]] = {
+    "http": HttpSourceConfig,
+    "pubsub": PubsubSourceConfig,
+    "eventhubs": EventHubsSourceConfig,
+}
 
 
 class FleetApi(_Table, frozen=True, kw_only=True):

@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from bridge.fleet.api import FleetApiRoutes
+from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Ingestor, Source
@@ -48,6 +49,14 @@ def build_source(config: Any) -> Source:
     """The source of one `[[fleet.sources]]` entry (bus sources add their type here)."""
     if isinstance(config, HttpSourceConfig):
         return HttpSource(config)
+    if isinstance(config, PubsubSourceConfig):
+        from bridge.fleet.sources.pubsub import PubsubSource
+
+        return PubsubSource(config)
+    if isinstance(config, EventHubsSourceConfig):
+        from bridge.fleet.sources.eventhubs import EventHubsSource
+
+        return EventHubsSource(config)
     raise ValueError(f"unknown source type {config.type!r}")
 
 

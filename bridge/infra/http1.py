@@ -26,6 +26,15 @@ What it does, and deliberately does not do:
   for https:// ones; credentials in either url become Basic authorization.
 - One timeout bounds the whole exchange: connect, TLS, tunnel, send and the full response.
 - Bodies beyond `max_body` bytes are read and dropped, and the response says `truncated`.
+- Acknowledgements at once while an answer is awaited (`TCP_QUICKACK`, Linux), because many
+  servers (Python's `http.server`, werkzeug, ...) write an answer's head and body in two
+  `send` calls with Nagle's algorithm on: the body then waits in the server until the head is
+  acknowledged, and on a kept-alive connection Linux delays that acknowledgement (40 ms at
+  least) once the flow looks interactive, request after answer. A fresh connection starts
+  in quick-ack mode, which is why a connection per request never showed it. Quick-ack mode
+  is not sticky (sending the next request ends it), so it is asked for again before every
+  read. Where the option does not exist (Windows, macOS) nothing is set and such servers
+  stay slow on a kept connection; the requests still work.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import base64
 import contextlib
 import functools
 import json
+import socket
 import ssl
 import time
 from collections.abc import Mapping
@@ -42,7 +52,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import SplitResult, unquote, urlencode, urlsplit
 
-import certifi
 import h11
 
 #: Seconds a connection may sit idle and still be reused (httpx's default, for the same reason).
@@ -51,6 +60,9 @@ KEEPALIVE_EXPIRY: Final = 5.0
 MAX_BODY: Final = 1024 * 1024
 _READ_SIZE: Final = 64 * 1024
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+#: Linux's per-socket switch to acknowledge received data at once (None where it is absent;
+#: typeshed declares the constant for Linux only, so it is looked up, not referenced).
+QUICK_ACK: Final[int | None] = getattr(socket, "TCP_QUICKACK", None)
 
 
 class TransportError(Exception):
@@ -81,7 +93,14 @@ class Response:
 
 @functools.cache
 def public_cas() -> ssl.SSLContext:
-    """certifi's public CAs, loaded once per process (a context costs ~1 ms and ~1 MiB)."""
+    """certifi's public CAs, loaded once per process (a context costs ~1 ms and ~1 MiB).
+
+    certifi is imported here, at the first https:// connection, not with this module: its
+    import pulls in `importlib.resources` (tempfile, shutil, compression modules), about
+    20 ms and 1 MiB on its own, which plain-http metadata and webhooks never need.
+    """
+    import certifi
+
     return ssl.create_default_context(cafile=certifi.where())
 
 
@@ -127,6 +146,26 @@ class _Connection:
         self.writer = writer
         self.h11 = h11.Connection(h11.CLIENT)
         self.idle_since = time.monotonic()
+        # The TCP socket under the stream (under TLS too); None where quick acks are absent.
+        self._quickack_socket: Any = (
+            writer.get_extra_info("socket") if QUICK_ACK is not None else None
+        )
+
+    def ack_at_once(self) -> None:
+        """Have the kernel acknowledge what arrives next without delay (see the module
+        docstring: a server's Nagle wait on its own unacknowledged head). Cheap (one
+        `setsockopt`); a socket that refuses it is left alone from then on."""
+        if self._quickack_socket is None:
+            return
+        try:
+            self._quickack_socket.setsockopt(socket.IPPROTO_TCP, QUICK_ACK, 1)
+        except OSError:
+            self._quickack_socket = None
+
+    async def read(self) -> bytes:
+        """The next bytes of the answer, acknowledged at once as they arrive."""
+        self.ack_at_once()
+        return await self.reader.read(_READ_SIZE)
 
     def reusable(self) -> bool:
         fresh = time.monotonic() - self.idle_since < KEEPALIVE_EXPIRY
@@ -295,7 +334,7 @@ class Http1Client:
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                data = await connection.reader.read(_READ_SIZE)
+                data = await connection.read()
                 if not data and conn.their_state is h11.SEND_RESPONSE:
                     raise EOFError("the server closed the connection without answering")
                 conn.receive_data(data)
@@ -366,7 +405,7 @@ class Http1Client:
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                data = await connection.reader.read(_READ_SIZE)
+                data = await connection.read()
                 if not data:
                     raise TransportError(f"proxy {self._proxy.authority} closed the tunnel")
                 conn.receive_data(data)

@@ -20,6 +20,8 @@ from typing import Final
 import pytest
 from playwright.async_api import BrowserContext, async_playwright
 
+from tests.support import running_as_root
+
 CHROMIUM: Final = Path("/usr/bin/chromium")
 #: Headless, and nothing that reaches out: the machine has no network beyond loopback.
 ARGS: Final = [
@@ -41,7 +43,7 @@ ARTIFACTS: Final = Path(__file__).resolve().parents[1] / "artifacts" / "dashboar
 
 def _install() -> None:
     """apt-get install chromium, when we may (root, apt-get present); quiet on failure."""
-    if getattr(os, "geteuid", lambda: -1)() != 0 or shutil.which("apt-get") is None:
+    if not running_as_root() or shutil.which("apt-get") is None:
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]):

@@ -1,16 +1,19 @@
-"""The SQLite fleet store keeps the rules of bridge/fleet/store.py: idempotent, forward-only,
-append-only audit log, rejected inputs kept, checkpoints committed with their events."""
+"""Both fleet stores keep the rules of bridge/fleet/store.py: idempotent, forward-only,
+append-only audit log, rejected inputs kept, checkpoints committed with their events.
+
+Every test runs against SQLite and against a real PostgreSQL server
+(tests/fleet/postgres_server.py; skipped without its binaries, failing under CI=true)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from bridge.fleet.sqlite_store import SqliteStore
-from bridge.fleet.store import Batch, EventQuery, NoticeFilter, Refused
+from bridge.fleet.service import build_store
+from bridge.fleet.store import Batch, EventQuery, NoticeFilter, Refused, Store
 from bridge.pipeline.model import Kind, Status
 from tests.fleet.factories import (
     T0,
@@ -28,9 +31,22 @@ AZ = azure_vm("db-1", scale_set="db-set")
 ALL = NoticeFilter()
 
 
+pytest_plugins = ["tests.fleet.postgres_server"]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
+    """A new store object on the test's database (the same one each call: reopening)."""
+    if request.param == "sqlite":
+        url = f"sqlite://{tmp_path / 'fleet.sqlite3'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    return lambda: build_store(url)
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    store = SqliteStore(tmp_path / "fleet.sqlite3")
+async def store(make_store: Callable[[], Store]) -> AsyncIterator[Store]:
+    store = make_store()
     await store.open()
     yield store
     await store.close()
@@ -40,7 +56,7 @@ def at(minutes: float) -> datetime:
     return T0 + timedelta(minutes=minutes)
 
 
-async def test_a_replayed_event_is_a_duplicate_and_changes_nothing(store: SqliteStore) -> None:
+async def test_a_replayed_event_is_a_duplicate_and_changes_nothing(store: Store) -> None:
     scheduled = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
     first = await store.ingest(batch(scheduled, heartbeat(AZ, at(0))))
     again = await store.ingest(batch(scheduled, scheduled, ingest="pubsub"))
@@ -53,7 +69,7 @@ async def test_a_replayed_event_is_a_duplicate_and_changes_nothing(store: Sqlite
 
 
 async def test_an_old_transition_arriving_late_never_reverts_a_newer_one(
-    store: SqliteStore,
+    store: Store,
 ) -> None:
     scheduled = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
     started = transition(AZ, "ev-1", Status.STARTED, at(15))
@@ -66,7 +82,7 @@ async def test_an_old_transition_arriving_late_never_reverts_a_newer_one(
     assert [t["status"] for t in notice["transitions"]] == ["scheduled", "started", "completed"]
 
 
-async def test_a_later_revision_of_the_same_status_wins(store: SqliteStore) -> None:
+async def test_a_later_revision_of_the_same_status_wins(store: Store) -> None:
     first = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
     moved = transition(AZ, "ev-1", Status.SCHEDULED, at(5), not_before=at(30))
     await store.ingest(batch(moved))
@@ -75,7 +91,7 @@ async def test_a_later_revision_of_the_same_status_wins(store: SqliteStore) -> N
     assert notice["not_before"] == "2026-11-21T12:30:00Z"
 
 
-async def test_filters_select_notices_in_force(store: SqliteStore) -> None:
+async def test_filters_select_notices_in_force(store: Store) -> None:
     other = gce_vm("web-2", zone="europe-west1-b")
     await store.ingest(
         batch(
@@ -97,7 +113,7 @@ async def test_filters_select_notices_in_force(store: SqliteStore) -> None:
     assert await names(instance=GCE.source) == ["g-1"]
 
 
-async def test_approvals_and_hook_outcomes_join_their_notice(store: SqliteStore) -> None:
+async def test_approvals_and_hook_outcomes_join_their_notice(store: Store) -> None:
     scheduled = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
     await store.ingest(batch(scheduled, hook_run(scheduled, at(1)), approval(scheduled, at(2))))
     (notice,) = await store.notices(ALL)
@@ -111,7 +127,7 @@ async def test_approvals_and_hook_outcomes_join_their_notice(store: SqliteStore)
 
 
 async def test_heartbeats_fill_the_instance_and_a_late_one_does_not_go_back(
-    store: SqliteStore,
+    store: Store,
 ) -> None:
     await store.ingest(batch(heartbeat(AZ, at(10), sequence=2)))
     await store.ingest(batch(heartbeat(AZ, at(5), sequence=1)))
@@ -127,7 +143,7 @@ async def test_heartbeats_fill_the_instance_and_a_late_one_does_not_go_back(
 
 
 async def test_refused_input_is_kept_with_its_reason_and_checkpoints_commit(
-    store: SqliteStore,
+    store: Store,
 ) -> None:
     result = await store.ingest(
         Batch(
@@ -148,7 +164,7 @@ async def test_refused_input_is_kept_with_its_reason_and_checkpoints_commit(
     assert await store.checkpoints("pubsub") == {}
 
 
-async def test_the_audit_log_pages_in_receive_order_and_filters(store: SqliteStore) -> None:
+async def test_the_audit_log_pages_in_receive_order_and_filters(store: Store) -> None:
     bodies = [heartbeat(GCE, at(i), sequence=i) for i in range(5)]
     bodies.append(transition(AZ, "ev-1", Status.SCHEDULED, at(2), not_before=at(15)))
     await store.ingest(batch(*bodies))
@@ -165,13 +181,12 @@ async def test_the_audit_log_pages_in_receive_order_and_filters(store: SqliteSto
     assert {row[1] for row in window.rows} == {"http"}
 
 
-async def test_the_state_survives_a_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "fleet.sqlite3"
-    store = SqliteStore(path)
+async def test_the_state_survives_a_reopen(make_store: Callable[[], Store]) -> None:
+    store = make_store()
     await store.open()
     await store.ingest(batch(transition(GCE, "g-1", Status.STARTED, at(0))))
     await store.close()
-    again = SqliteStore(path)
+    again = make_store()
     await again.open()
     try:
         assert [n["notice_id"] for n in await again.notices(ALL)] == ["g-1"]

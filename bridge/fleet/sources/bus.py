@@ -1,0 +1,116 @@
+"""What the bus sources (Pub/Sub, Event Hubs, and Kafka later) share: turning a batch of
+received messages into one store commit, and holding on until that commit succeeds.
+
+A bus redelivers whatever was not acknowledged, so a source that cannot commit must keep its
+messages unacknowledged and try again, never drop them and never acknowledge early. A
+message that is not a valid event is no reason to stall: it is refused (recorded in the
+rejected table with its reason, in the same transaction) and acknowledged with the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tenacity import AsyncRetrying, retry_if_exception_type
+
+from bridge import contract
+from bridge.infra.backoff import Backoff
+from bridge.fleet.bus_config import _BusSource
+from bridge.fleet.sources.base import Ingestor, classify
+from bridge.fleet.store import IngestResult, Refused, StoreError
+
+log = logging.getLogger("bridge.fleet.bus")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """One message as the structured JSON of its event, or why it cannot be one."""
+
+    body: bytes | None
+    refused: Refused | None = None
+
+
+def decode(raw: bytes, convert: Callable[[], bytes]) -> Decoded:
+    """`convert()`: the message's event as structured JSON (checked later by `classify`),
+    or `raw` refused with the reason. A message is outside input: whatever its conversion
+    raises is a reason to refuse it, never a crash of the source."""
+    try:
+        return Decoded(convert())
+    except contract.ContractError as exc:
+        return Decoded(None, Refused(raw, str(exc)))
+    except Exception as exc:  # a binding library refusing a malformed message
+        return Decoded(None, Refused(raw, f"not a CloudEvent: {type(exc).__name__}: {exc}"))
+
+
+class Committer:
+    """Commits batches for one bus source, retrying (with `bridge.infra.backoff`) while the store
+    fails; the caller acknowledges its messages after `commit` returned."""
+
+    def __init__(self, name: str, ingestor: Ingestor, config: _BusSource) -> None:
+        self.name = name
+        self.ingestor = ingestor
+        self._backoff = Backoff(config.retry_initial, config.retry_max, lambda _state: None)
+        #: The store's last error while it keeps failing (health), None once it commits.
+        self.failing: str | None = None
+        self.committed = 0
+
+    async def commit(
+        self, messages: Sequence[Decoded], checkpoints: Mapping[str, str] | None = None
+    ) -> IngestResult:
+        """Commit `messages` (and the positions they reach) in one transaction; retries
+        until it succeeds, so only cancellation (the source stopping) ends it otherwise."""
+        refused = [m.refused for m in messages if m.refused is not None]
+        accepted, invalid = classify(m.body for m in messages if m.body is not None)
+        refused.extend(r for _, r in invalid)
+        retrying = AsyncRetrying(
+            wait=self._backoff,
+            retry=retry_if_exception_type(StoreError),
+            before_sleep=self._note,
+            reraise=True,
+        )
+        result: IngestResult | None = None
+        async for attempt in retrying:
+            with attempt:
+                result = await self.ingestor.commit(self.name, accepted, refused, checkpoints)
+        assert result is not None
+        if self.failing is not None:
+            log.info("source %s: the fleet store commits again", self.name)
+        self.failing = None
+        self.committed += len(messages)
+        return result
+
+    def _note(self, state: object) -> None:
+        outcome = getattr(state, "outcome", None)
+        error = outcome.exception() if outcome is not None else None
+        if self.failing is None:
+            log.warning(
+                "source %s: cannot commit, holding the batch (unacknowledged) and retrying: %s",
+                self.name,
+                error,
+            )
+        self.failing = str(error)
+
+
+async def next_batch(queue: asyncio.Queue[T], size: int, wait: float) -> list[T]:
+    """The next item of `queue` (waiting for it) and whatever else comes within `wait`
+    seconds, `size` items at most."""
+    batch = [await queue.get()]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while len(batch) < size:
+        if not queue.empty():
+            batch.append(queue.get_nowait())
+            continue
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        try:
+            batch.append(await asyncio.wait_for(queue.get(), remaining))
+        except TimeoutError:
+            break
+    return batch

@@ -1,0 +1,185 @@
+"""The `eventhubs` source: one consumer group over every partition of a hub, checkpoints in
+the fleet store (no Blob storage account).
+
+The official async consumer (`EventHubConsumerClient.receive_batch`, no checkpoint store)
+reads all partitions of the hub. Each batch it hands over (one partition's events) is
+committed in ONE store transaction together with the checkpoint `partition -> sequence
+number of its last event`, so the store never holds events without the position they reach,
+nor a position past events it does not hold. After a restart the source reads those
+checkpoints and starts each partition just after its own (`starting_position_inclusive`
+false): no gap and no double; partitions never checkpointed start at `start` (the oldest
+retained event by default). Replicas sharing a PostgreSQL store may all read the hub: the
+store's (source, id) key turns the second copy of every event into a duplicate.
+
+While the store cannot commit, the batch is retried with backoff and the partition waits
+(its checkpoint does not move). Content modes of the CloudEvents AMQP binding, as the
+sidecars' Event Hubs sink sends them: structured (`application/cloudevents+json`, the body
+kept as received) and binary (`cloudEvents_*` application properties, rebuilt with the
+CloudEvents SDK). Anything else, or an invalid event, is refused into the rejected table and
+its position is checkpointed with the batch, so it cannot loop.
+
+`azure.eventhub` (and `azure.identity` for Azure AD) are imported when the source starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from cloudevents.core.bindings import amqp
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+
+from bridge.pipeline.events import serialize
+from bridge.fleet.bus_config import EventHubsSourceConfig
+from bridge.fleet.sources.base import Ingestor, SourceHealth
+from bridge.fleet.sources.bus import Committer, Decoded, decode
+from sinks.eventhubs import open_client
+
+log = logging.getLogger("bridge.fleet.eventhubs")
+
+_FORMAT = JSONFormat()
+_STARTS = {"earliest": "-1", "latest": "@latest"}
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def event_body(data: Any) -> bytes:
+    """The structured JSON of the CloudEvent an `EventData` carries, in either mode."""
+    body = b"".join(data.body)
+    content_type = data.content_type or ""
+    if content_type.startswith("application/cloudevents"):
+        return body  # structured: the event as the sidecar wrote it
+    message = amqp.AMQPMessage(
+        properties={"content-type": content_type},
+        application_properties={_text(k): _text(v) for k, v in (data.properties or {}).items()},
+        application_data=body,
+    )
+    event = amqp.from_amqp(message, _FORMAT, CloudEvent)
+    return serialize(event)  # type: ignore[arg-type]
+
+
+class EventHubsSource:
+    """`[[fleet.sources]] type = "eventhubs"` (see the module docstring)."""
+
+    def __init__(self, config: EventHubsSourceConfig) -> None:
+        self.name = config.name
+        self._config = config
+        self._client: Any = None
+        self._credential: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._committer: Committer | None = None
+        self._partitions: set[str] = set()
+        self._error: str | None = "not started"
+
+    def __repr__(self) -> str:
+        return f"EventHubsSource(name={self.name!r}, group={self._config.consumer_group!r})"
+
+    def _make_client(self) -> Any:
+        from azure.eventhub.aio import EventHubConsumerClient
+
+        config = self._config
+        client, self._credential = open_client(
+            EventHubConsumerClient,
+            config.connection_string,
+            config.fully_qualified_namespace,
+            config.eventhub,
+            config.transport,
+            consumer_group=config.consumer_group,
+        )
+        return client
+
+    async def start(self, ingestor: Ingestor) -> None:
+        self._committer = Committer(self.name, ingestor, self._config)
+        self._client = self._make_client()
+        self._task = asyncio.create_task(self._receive(ingestor), name=f"fleet-{self.name}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            self._client = None
+        if self._credential is not None:
+            with contextlib.suppress(Exception):
+                await self._credential.close()
+            self._credential = None
+        self._partitions.clear()
+        self._error = "stopped"
+
+    def health(self) -> SourceHealth:
+        committer = self._committer
+        if self._error is not None:
+            return SourceHealth(False, self._error)
+        if not self._partitions:
+            return SourceHealth(False, "no partition is being read yet")
+        if committer is not None and committer.failing is not None:
+            return SourceHealth(False, f"cannot commit: {committer.failing}")
+        committed = committer.committed if committer is not None else 0
+        parts = ",".join(sorted(self._partitions, key=lambda p: (len(p), p)))
+        return SourceHealth(True, f"partitions {parts}: {committed} event(s)")
+
+    async def _positions(self, ingestor: Ingestor) -> dict[str, Any]:
+        """Where each partition starts: after its checkpoint, else at `start`."""
+        checkpoints = await ingestor.store.checkpoints(self.name)
+        default = _STARTS[self._config.start]
+        partitions = await self._client.get_partition_ids()
+        return {pid: int(checkpoints[pid]) if pid in checkpoints else default for pid in partitions}
+
+    async def _receive(self, ingestor: Ingestor) -> None:
+        """Read every partition until stopped. A start that fails (hub unreachable, refused
+        credentials) or a receive that ends with an error is tried again with a new client,
+        from the checkpoints in the store, after `retry_max` seconds."""
+        while True:
+            try:
+                positions = await self._positions(ingestor)
+                self._error = None
+                log.info("source %s: starting at %s", self.name, positions)
+                await self._client.receive_batch(
+                    self._on_batch,
+                    max_batch_size=self._config.batch_size,
+                    starting_position=positions,
+                    starting_position_inclusive=False,
+                    on_error=self._on_error,
+                    on_partition_initialize=self._on_open,
+                    on_partition_close=self._on_close,
+                )
+                return  # the client was closed: the source is stopping
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._error = f"not consuming: {type(exc).__name__}: {exc}"
+                log.warning("source %s: %s; trying again", self.name, self._error)
+            self._partitions.clear()
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            await asyncio.sleep(self._config.retry_max)
+            self._client = self._make_client()
+
+    async def _on_batch(self, context: Any, events: list[Any]) -> None:
+        if not events or self._committer is None:
+            return
+        decoded = [_decoded(data) for data in events]
+        last = str(events[-1].sequence_number)
+        await self._committer.commit(decoded, {context.partition_id: last})
+
+    async def _on_open(self, context: Any) -> None:
+        self._partitions.add(context.partition_id)
+
+    async def _on_close(self, context: Any, _reason: Any) -> None:
+        self._partitions.discard(context.partition_id)
+
+    async def _on_error(self, context: Any, error: Exception) -> None:
+        where = f"partition {context.partition_id}" if context is not None else "the client"
+        log.warning("source %s: %s: %s: %s", self.name, where, type(error).__name__, error)
+
+
+def _decoded(data: Any) -> Decoded:
+    return decode(b"".join(data.body), lambda: event_body(data))
