@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.pipeline.events import parse
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
 from bridge.fleet.store import EventQuery, NoticeFilter
+from bridge.pipeline.events import parse
 from bridge.pipeline.model import Status
 from sinks import pubsub
 from sinks.base import Ok

@@ -18,10 +18,10 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, retry_if_exception_type
 
 from bridge import contract
-from bridge.infra.backoff import Backoff
 from bridge.fleet.bus_config import _BusSource
 from bridge.fleet.sources.base import Ingestor, classify
 from bridge.fleet.store import IngestResult, Refused, StoreError
+from bridge.infra.backoff import Backoff
 
 log = logging.getLogger("bridge.fleet.bus")
 T = TypeVar("T")

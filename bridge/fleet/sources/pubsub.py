@@ -31,10 +31,10 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type
 
 from bridge import contract
-from bridge.infra.backoff import Backoff
 from bridge.fleet.bus_config import PubsubSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode, next_batch
+from bridge.infra.backoff import Backoff
 
 log = logging.getLogger("bridge.fleet.pubsub")
 
