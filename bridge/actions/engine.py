@@ -36,6 +36,7 @@ from bridge.actions import approval, audit, hooks
 from bridge.actions.coordination.hooks import last_useful_start, refusal
 from bridge.config import Config
 from bridge.infra.backoff import retry_logger, retry_until_done
+from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.approver import ApprovalRejected
 from bridge.pipeline.events import as_dict, parse, serialize
 from bridge.pipeline.spool import NewEvent, Spool, SpoolError
@@ -220,6 +221,29 @@ class Actions:
                 task.cancel()
             await asyncio.gather(*self._budget_tasks, return_exceptions=True)
             await self.budget.aclose()
+
+    def export(self, out: Exposition) -> None:
+        """Hook runs, approval decisions and the budget's figures for `/metrics`."""
+        out.add(
+            PREFIX + "hook_runs_total",
+            "counter",
+            "Hook runs by hook and outcome (succeeded, failed, timed-out, skipped, interrupted).",
+            [
+                ({"hook": hook, "outcome": outcome}, n)
+                for (hook, outcome), n in sorted(self.hook_runs.items())
+            ],
+        )
+        out.add(
+            PREFIX + "approvals_total",
+            "counter",
+            "Azure approval decisions by rule and result (approved, rejected, held, withdrawn).",
+            [
+                ({"rule": rule, "result": result}, n)
+                for (rule, result), n in sorted(self.approvals.items())
+            ],
+        )
+        if self.budget is not None:
+            self.budget.export(out)
 
     async def approved_ids(self) -> set[str]:
         """Notice ids whose approval was sent (or was being sent when a run stopped)."""

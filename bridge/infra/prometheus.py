@@ -34,6 +34,9 @@ REQUEST_BUCKETS: Final = (
     120.0,
 )
 
+#: The prefix of every metric of the sidecar (the fleet service has its own).
+PREFIX: Final = "maintenance_bridge_"
+
 
 @dataclass
 class Histogram:

@@ -31,6 +31,7 @@ from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
 
 from bridge.infra.backoff import for_humans, forever, retry_logger
 from bridge.infra.encoding import parse
+from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.spool import Spool, Spooled, SpoolError
 from sinks.api import Ok, Reject, Result, Retry, Sink
 
@@ -86,6 +87,20 @@ class Dispatcher:
         self._stopping = asyncio.Event()
         self.stats = {sink.name: SinkStats() for sink in self.sinks}
         self._tasks: list[asyncio.Task[None]] = []
+
+    def export(self, out: Exposition) -> None:
+        """The delivery counters for `/metrics`, per sink."""
+        for metric, attribute, help_text in (
+            ("events_delivered_total", "delivered", "Events the sink acknowledged."),
+            ("events_retried_total", "retried", "Failed delivery attempts that will be retried."),
+            ("events_dead_lettered_total", "dead_lettered", "Events the sink rejected for good."),
+        ):
+            out.add(
+                PREFIX + metric,
+                "counter",
+                help_text,
+                [({"sink": s.name}, getattr(self.stats[s.name], attribute)) for s in self.sinks],
+            )
 
     def notify(self) -> None:
         """Wake every worker (a start, a stop, another process's commit; the spool wakes

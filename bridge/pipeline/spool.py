@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from bridge.infra.prometheus import PREFIX, Exposition
+
 T = TypeVar("T")
 log = logging.getLogger("bridge.spool")
 
@@ -383,6 +385,38 @@ class Spool:
             for signal in self._new_events:
                 signal.set()
         return added
+
+    async def export(self, out: Exposition) -> None:
+        """The spool's figures for `/metrics`: overflow, depth and age per sink."""
+        out.add(
+            PREFIX + "spool_overflowed_total",
+            "counter",
+            "Events moved to the dead letters because the sink's queue hit delivery.max_pending.",
+            [({"sink": name}, self.overflowed.get(name, 0)) for name in self.sinks],
+        )
+        try:
+            depth = await self.depth()
+        except SpoolError:  # /readyz says why; the other figures are still worth having
+            depth = {}
+        now = time.time()
+        out.add(
+            PREFIX + "spool_pending",
+            "gauge",
+            "Events spooled and not yet delivered, per sink.",
+            [({"sink": name}, depth.get(name, (0, None))[0]) for name in self.sinks],
+        )
+        out.add(
+            PREFIX + "spool_oldest_pending_age_seconds",
+            "gauge",
+            "Age of the oldest undelivered event per sink (0 when none is waiting).",
+            [
+                (
+                    {"sink": name},
+                    max(0.0, now - oldest) if (oldest := depth.get(name, (0, None))[1]) else 0,
+                )
+                for name in self.sinks
+            ],
+        )
 
     def new_events(self) -> asyncio.Event:
         """An event this spool sets whenever a commit adds events: the dispatcher waits on

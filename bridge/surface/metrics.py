@@ -1,5 +1,9 @@
 """What `/metrics` exposes: every figure read from where the bridge already keeps it.
 
+Each component renders its own figures (`Dispatcher.export`, `Spool.export`,
+`Actions.export`, `Budget.export`); this module adds the process, the notices and the
+watchers' metadata figures and puts them in one exposition, in a fixed order.
+
 Names follow Prometheus conventions (`_total` counters, base units, one prefix). Counters
 are per process: a restart resets them, which Prometheus' `rate()` and `increase()` handle.
 The spool gauges come from the spool itself, so they are right across restarts too.
@@ -12,14 +16,12 @@ from typing import TYPE_CHECKING, Final
 
 from bridge import __version__
 from bridge.infra import platform
+from bridge.infra.prometheus import PREFIX as PREFIX
 from bridge.infra.prometheus import Exposition
-from bridge.pipeline.spool import SpoolError
 
 if TYPE_CHECKING:
-    from bridge.actions.coordination.budget import Budget
     from bridge.surface.health import HealthMonitor
 
-PREFIX: Final = "maintenance_bridge_"
 _STARTED: Final = time.time()
 
 
@@ -121,67 +123,9 @@ async def render(monitor: HealthMonitor) -> str:
     )
 
     sink_names = [sink.name for sink in bridge.sinks]
-    stats = bridge.dispatcher.stats
-    for metric, attribute, help_text in (
-        ("events_delivered_total", "delivered", "Events the sink acknowledged."),
-        ("events_retried_total", "retried", "Failed delivery attempts that will be retried."),
-        ("events_dead_lettered_total", "dead_lettered", "Events the sink rejected for good."),
-    ):
-        out.add(
-            PREFIX + metric,
-            "counter",
-            help_text,
-            [({"sink": name}, getattr(stats[name], attribute)) for name in sink_names],
-        )
-    out.add(
-        PREFIX + "spool_overflowed_total",
-        "counter",
-        "Events moved to the dead letters because the sink's queue hit delivery.max_pending.",
-        [({"sink": name}, bridge.spool.overflowed.get(name, 0)) for name in sink_names],
-    )
-    try:
-        depth = await bridge.spool.depth()
-    except SpoolError:  # /readyz says why; the other figures are still worth having
-        depth = {}
-    now = time.time()
-    out.add(
-        PREFIX + "spool_pending",
-        "gauge",
-        "Events spooled and not yet delivered, per sink.",
-        [({"sink": name}, depth.get(name, (0, None))[0]) for name in sink_names],
-    )
-    out.add(
-        PREFIX + "spool_oldest_pending_age_seconds",
-        "gauge",
-        "Age of the oldest undelivered event per sink (0 when none is waiting).",
-        [
-            (
-                {"sink": name},
-                max(0.0, now - oldest) if (oldest := depth.get(name, (0, None))[1]) else 0,
-            )
-            for name in sink_names
-        ],
-    )
-    out.add(
-        PREFIX + "hook_runs_total",
-        "counter",
-        "Hook runs by hook and outcome (succeeded, failed, timed-out, skipped, interrupted).",
-        [
-            ({"hook": hook, "outcome": outcome}, n)
-            for (hook, outcome), n in sorted(bridge.actions.hook_runs.items())
-        ],
-    )
-    out.add(
-        PREFIX + "approvals_total",
-        "counter",
-        "Azure approval decisions by rule and result (approved, rejected, held, withdrawn).",
-        [
-            ({"rule": rule, "result": result}, n)
-            for (rule, result), n in sorted(bridge.actions.approvals.items())
-        ],
-    )
-    if bridge.actions.budget is not None:
-        _coordination(out, bridge.actions.budget)
+    bridge.dispatcher.export(out)
+    await bridge.spool.export(out)
+    bridge.actions.export(out)
     readiness = {check.name: check.ok for check in monitor.readiness()}
     out.add(
         PREFIX + "sink_up",
@@ -190,64 +134,3 @@ async def render(monitor: HealthMonitor) -> str:
         [({"sink": name}, 1 if readiness.get(f"sink:{name}", False) else 0) for name in sink_names],
     )
     return out.text()
-
-
-def _coordination(out: Exposition, budget: Budget) -> None:
-    """The maintenance budget (actions/coordination): slots, waits, timeouts, engine health."""
-    out.add(
-        PREFIX + "coordination_slots_held",
-        "gauge",
-        "Budget slots this VM holds now (one per group, however many notices share it).",
-        [({}, budget.held)],
-    )
-    out.add(
-        PREFIX + "coordination_waiting",
-        "gauge",
-        "Disruptive actions waiting for a budget slot now.",
-        [({}, budget.waiting)],
-    )
-    out.add(
-        PREFIX + "coordination_takes_total",
-        "counter",
-        "Attempts to take a slot by action and outcome (acquired, timed-out, unavailable, "
-        "withdrawn).",
-        [({"action": a, "outcome": o}, n) for (a, o), n in sorted(budget.takes.items())],
-    )
-    out.add(
-        PREFIX + "coordination_waits_total",
-        "counter",
-        "Slot takes that had to wait, by action.",
-        [({"action": a}, n) for a, n in sorted(budget.waits.items())],
-    )
-    out.add(
-        PREFIX + "coordination_wait_seconds_total",
-        "counter",
-        "Seconds spent waiting for a slot, by action.",
-        [({"action": a}, s) for a, s in sorted(budget.wait_seconds.items())],
-    )
-    out.add(
-        PREFIX + "coordination_timeouts_total",
-        "counter",
-        "Slot takes that reached their deadline without a slot.",
-        [({}, sum(n for (_, o), n in budget.takes.items() if o == "timed-out"))],
-    )
-    out.add(
-        PREFIX + "coordination_engine_errors_total",
-        "counter",
-        "Failed calls to the coordination engine (etcd unreachable or refusing).",
-        [({}, budget.unavailable)],
-    )
-    out.add(
-        PREFIX + "coordination_slots_lost_total",
-        "counter",
-        "Held slots found gone (the lease expired while etcd could not be reached) and not "
-        "taken back because others held the whole budget.",
-        [({}, budget.backend.lost)],
-    )
-    contact = budget.last_contact
-    out.add(
-        PREFIX + "coordination_up",
-        "gauge",
-        "1 when the coordination engine answered the last call.",
-        [({}, 1 if contact is not None and contact[0] else 0)],
-    )

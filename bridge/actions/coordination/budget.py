@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from bridge.actions.coordination.backend import Backend, EngineError, Unavailable
 from bridge.actions.coordination.settings import Coordination
+from bridge.infra.prometheus import PREFIX, Exposition
 
 log = logging.getLogger("bridge.coordination")
 
@@ -346,6 +347,66 @@ class Budget:
                 task.cancel()  # etcd unreachable: the slot expires with the lease instead
             await asyncio.gather(*late, return_exceptions=True)
         await self.backend.aclose()
+
+    def export(self, out: Exposition) -> None:
+        """The budget's figures for `/metrics`: slots, waits, timeouts, engine health."""
+        out.add(
+            PREFIX + "coordination_slots_held",
+            "gauge",
+            "Budget slots this VM holds now (one per group, however many notices share it).",
+            [({}, self.held)],
+        )
+        out.add(
+            PREFIX + "coordination_waiting",
+            "gauge",
+            "Disruptive actions waiting for a budget slot now.",
+            [({}, self.waiting)],
+        )
+        out.add(
+            PREFIX + "coordination_takes_total",
+            "counter",
+            "Attempts to take a slot by action and outcome (acquired, timed-out, unavailable, "
+            "withdrawn).",
+            [({"action": a, "outcome": o}, n) for (a, o), n in sorted(self.takes.items())],
+        )
+        out.add(
+            PREFIX + "coordination_waits_total",
+            "counter",
+            "Slot takes that had to wait, by action.",
+            [({"action": a}, n) for a, n in sorted(self.waits.items())],
+        )
+        out.add(
+            PREFIX + "coordination_wait_seconds_total",
+            "counter",
+            "Seconds spent waiting for a slot, by action.",
+            [({"action": a}, s) for a, s in sorted(self.wait_seconds.items())],
+        )
+        out.add(
+            PREFIX + "coordination_timeouts_total",
+            "counter",
+            "Slot takes that reached their deadline without a slot.",
+            [({}, sum(n for (_, o), n in self.takes.items() if o == "timed-out"))],
+        )
+        out.add(
+            PREFIX + "coordination_engine_errors_total",
+            "counter",
+            "Failed calls to the coordination engine (etcd unreachable or refusing).",
+            [({}, self.unavailable)],
+        )
+        out.add(
+            PREFIX + "coordination_slots_lost_total",
+            "counter",
+            "Held slots found gone (the lease expired while etcd could not be reached) and not "
+            "taken back because others held the whole self.",
+            [({}, self.backend.lost)],
+        )
+        contact = self.last_contact
+        out.add(
+            PREFIX + "coordination_up",
+            "gauge",
+            "1 when the coordination engine answered the last call.",
+            [({}, 1 if contact is not None and contact[0] else 0)],
+        )
 
 
 def build(settings: Coordination) -> Budget:
