@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cloudevents.core.v1.event import CloudEvent
@@ -23,6 +24,7 @@ from bridge.actions.engine import Actions
 from bridge.config import Config
 from bridge.contract import ProviderName as ProviderName
 from bridge.infra.backoff import for_humans, retry_logger, retry_until_done
+from bridge.pipeline.approver import Approver
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import serialize, to_cloudevent
 from bridge.pipeline.heartbeat import Heartbeats
@@ -89,6 +91,11 @@ class WatcherCrash:
         return cls(count, f"{type(exc).__name__}: {exc}"[:300], time.time())
 
 
+class _NoApprover:
+    async def approve(self, event_id: str) -> None:
+        raise RuntimeError("no watched cloud can approve maintenance")
+
+
 @dataclass
 class Bridge:
     """Runs until `stop` is set; see the module docstring."""
@@ -119,16 +126,19 @@ class Bridge:
             retry_initial=delivery.retry_initial,
             retry_max=delivery.retry_max,
         )
-        self.actions = Actions(self.config, self.spool, self._approve, self.in_force.is_scheduled)
+        self.actions = Actions(
+            self.config, self.spool, self._approver().approve, self.in_force.is_scheduled
+        )
 
-    async def _approve(self, event_id: str) -> None:
-        """POST StartRequests through the Azure watcher running now (it may be rebuilt)."""
-        from bridge.providers.azure.watcher import AzureWatcher
-
-        watcher = self.watchers.get("azure")
-        if not isinstance(watcher, AzureWatcher):
-            raise RuntimeError("the Azure watcher is not running")
-        await watcher.approve(event_id)
+    def _approver(self) -> Approver:
+        """The approver of the first watched cloud that can approve (Azure); approvals are
+        only planned for such a cloud's notices, so the fallback is never called in practice."""
+        for name in providers.names():
+            if name in self.factories:
+                found = providers.get(name).approver(partial(self.watchers.get, name))
+                if found is not None:
+                    return found
+        return _NoApprover()
 
     async def _commit(self, name: str, update: Update) -> tuple[list[CloudEvent], dict[str, str]]:
         """Spool the update's events, the watcher's checkpoint, the actions they call for and

@@ -1,7 +1,8 @@
 """What a cloud provider plugs into the bridge: its watcher, its detection probe and its
 `doctor` metadata check, behind one small interface.
 
-The runner, `provider = "auto"` detection and `doctor` know providers only through this
+The runner, `provider = "auto"` detection, `doctor` and the actions (through an
+`Approver`, for a cloud that can approve) know providers only through this
 interface and `bridge.providers.registry`; everything specific to a cloud (its metadata
 paths, headers and quirks) stays in the provider's own folder. The configuration section
 (`[source.<name>]`) and the simulator's part are the two pieces still kept elsewhere (see
@@ -11,12 +12,14 @@ docs/architecture.md, "Add a provider").
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from bridge.config import Config, Source
     from bridge.contract import ProviderName
     from bridge.infra.findings import Finding
+    from bridge.pipeline.approver import Approver
     from bridge.pipeline.watchers.base import Watcher
 
 
@@ -41,3 +44,8 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     async def check_metadata(self, config: Config, timeout: float) -> Finding:
         """`doctor`'s "metadata" line: one plain request with the vendor's header rules."""
+
+    def approver(self, running: Callable[[], Watcher | None]) -> Approver | None:
+        """What approves this cloud's maintenance early (Azure's StartRequests), through the
+        watcher `running()` returns (it is rebuilt after a crash); None when it cannot."""
+        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.pipeline.watchers.http import check_once, probe_once
@@ -54,6 +55,25 @@ class Azure(Provider):
         params = {"api-version": config.source.azure.api_version}
         slow = "; the first Scheduled Events call after a while can take up to 2 minutes"
         return await check_once(client, "scheduledevents", params, "", slow)
+
+    def approver(self, running: Callable[[], Watcher | None]) -> AzureApprover:
+        return AzureApprover(running)
+
+
+class AzureApprover:
+    """Approves through the Azure watcher running now: the actions call `approve` and never
+    see the watcher, the runner or which cloud it is."""
+
+    def __init__(self, running: Callable[[], Watcher | None]) -> None:
+        self._running = running
+
+    async def approve(self, event_id: str) -> None:
+        from bridge.providers.azure.watcher import AzureWatcher
+
+        watcher = self._running()
+        if not isinstance(watcher, AzureWatcher):
+            raise RuntimeError("the Azure watcher is not running")
+        await watcher.approve(event_id)
 
 
 PROVIDER: Final = Azure()
