@@ -240,7 +240,9 @@ class Bridge:
                 for name in self.factories
             }
             tasks = list(self._tasks.values())
-            beats = Heartbeats(self, self.config.heartbeat.interval)
+            beats = Heartbeats(
+                self.spool, self.instances, self.watchers, self.config.heartbeat.interval
+            )
             beating = asyncio.create_task(beats.run(), name="heartbeat")
             stopper = asyncio.create_task(stop.wait())
             _done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)

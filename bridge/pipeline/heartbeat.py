@@ -28,7 +28,10 @@ from bridge.pipeline.model import Instance
 from bridge.pipeline.spool import NewEvent, SpoolError
 
 if TYPE_CHECKING:
-    from bridge.runner import Bridge
+    from collections.abc import Mapping
+
+    from bridge.pipeline.spool import Spool
+    from bridge.pipeline.watchers.base import Watcher
 
 log = logging.getLogger("bridge.heartbeat")
 
@@ -74,10 +77,20 @@ def heartbeat_event(
 
 
 class Heartbeats:
-    """Sends the heartbeats of one running `Bridge` until cancelled."""
+    """Sends the heartbeats of one running bridge until cancelled: into `spool`, one per
+    watcher of `watchers` once it has identified its VM in `instances` (both live maps the
+    runner keeps; read here, never written)."""
 
-    def __init__(self, bridge: Bridge, interval: float) -> None:
-        self._bridge = bridge
+    def __init__(
+        self,
+        spool: Spool,
+        instances: Mapping[str, Instance],
+        watchers: Mapping[str, Watcher],
+        interval: float,
+    ) -> None:
+        self._spool = spool
+        self._instances = instances
+        self._watchers = watchers
         self._interval = interval
         self._started_at = datetime.now(UTC)
         self.sent = 0
@@ -87,7 +100,7 @@ class Heartbeats:
             return
         while True:
             delay = _IDENTITY_POLL  # until the watcher has identified the VM
-            if self._bridge.instances:
+            if self._instances:
                 try:
                     await self.beat()
                 except Exception:  # a heartbeat never takes the bridge (or the next one) down
@@ -96,13 +109,12 @@ class Heartbeats:
             await asyncio.sleep(delay)
 
     async def beat(self) -> None:
-        """Spool one heartbeat per watching provider and wake the dispatcher."""
-        bridge = self._bridge
+        """Spool one heartbeat per watching provider (the commit wakes the dispatcher)."""
         try:
-            depth = max((count for count, _ in (await bridge.spool.depth()).values()), default=0)
+            depth = max((count for count, _ in (await self._spool.depth()).values()), default=0)
             rows = []
-            for name, instance in sorted(bridge.instances.items()):
-                watcher = bridge.watchers.get(name)
+            for name, instance in sorted(self._instances.items()):
+                watcher = self._watchers.get(name)
                 event = heartbeat_event(
                     instance,
                     sequence=self.sent,
@@ -113,7 +125,7 @@ class Heartbeats:
                     at=datetime.now(UTC),
                 )
                 rows.append(NewEvent(event.id, event.source, event.type, contract.encode(event)))
-            await bridge.spool.commit(rows)
+            await self._spool.commit(rows)
         except SpoolError as exc:
             log.error("cannot spool the heartbeat, skipping it: %s", exc)
             return
