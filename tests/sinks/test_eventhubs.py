@@ -328,7 +328,7 @@ def test_module_does_not_import_the_sdk() -> None:
     code = (
         "import sys, json\n"
         "import sinks.eventhubs as m\n"
-        "from bridge.validation import validate\n"
+        "from bridge.infra.validation import validate\n"
         "validate(m.Config, {'type': 'eventhubs', 'connection_string': 'Endpoint=sb://x/'})\n"
         "print(json.dumps(sorted(n for n in sys.modules if n.startswith('azure'))))\n"
     )

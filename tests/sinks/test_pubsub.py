@@ -94,7 +94,7 @@ def test_importing_the_sink_does_not_import_the_client_library() -> None:
         "import sys\n"
         "from sinks import registry\n"
         "model = registry.config_model('pubsub')\n"
-        "from bridge.validation import validate\n"
+        "from bridge.infra.validation import validate\n"
         "validate(model, {'type': 'pubsub', 'topic': 'projects/my-project/topics/maint'})\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(('google.cloud', 'grpc')))\n"
         "print(loaded)\n"
