@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from bench import aws, drain, idle, latency, startup
 from bench.procs import ROOT, Proc, spawn, webhook
@@ -201,11 +202,9 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
 
 
 def _load() -> float:
-    """The host's 1-minute load average (NaN where the platform has none)."""
-    if sys.platform == "win32":
-        return float("nan")
+    """The host's 1-minute load average (psutil emulates it where the system has none)."""
     try:
-        return os.getloadavg()[0]
+        return float(psutil.getloadavg()[0])
     except OSError:
         return float("nan")
 

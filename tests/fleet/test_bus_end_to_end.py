@@ -242,7 +242,10 @@ async def test_five_sidecars_through_the_bus_into_the_fleet_despite_a_kill_9(
         )
         log = tmp_path / f"fleet-{replica}.log"
         fleets.append(
-            Fleet(Process(["tests.fleet.serve", str(fleet_toml)], log), f"http://127.0.0.1:{port}")
+            Fleet(
+                Process(["bridge", "fleet", "--config", str(fleet_toml)], log),
+                f"http://127.0.0.1:{port}",
+            )
         )
     fleet = fleets[0]  # the one killed; with PostgreSQL the other goes on consuming
     sidecars = []
