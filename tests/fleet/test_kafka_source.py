@@ -277,7 +277,7 @@ async def test_a_fleet_process_killed_mid_stream_loses_and_doubles_nothing(
     tmp_path: Path, cluster: MockCluster
 ) -> None:
     topic = cluster.create_topic(partitions=4)
-    events = fleet_events(per_vm=100)
+    events = fleet_events(per_vm=200)
     url = f"sqlite://{tmp_path / 'fleet.sqlite3'}"
     config = tmp_path / "fleet.toml"
     table = {**source(cluster, topic), "batch_size": 5}
@@ -295,6 +295,8 @@ async def test_a_fleet_process_killed_mid_stream_loses_and_doubles_nothing(
         await fleet.start()
         await store_reached(url, 30)
         await fleet.kill()  # SIGKILL between store commits and offset commits
+        killed_at = await stored_count(url)
+        assert killed_at < len(events), "the kill came after the stream: nothing to prove"
         await fleet.start()
         await store_reached(url, len(events))
     finally:
@@ -309,18 +311,21 @@ async def test_a_fleet_process_killed_mid_stream_loses_and_doubles_nothing(
     assert await asyncio.to_thread(committed_to_the_end, cluster, topic)
 
 
-async def store_reached(url: str, count: int) -> None:
-    """The fleet store another process writes holds `count` events at least."""
+async def stored_count(url: str) -> int:
+    """How many events the fleet store another process writes holds (-1: not created yet)."""
+    store = build_store(url)
+    try:
+        await store.open()
+        return (await store.counts())["events"]
+    except Exception:
+        return -1
+    finally:
+        await store.close()
 
+
+async def store_reached(url: str, count: int) -> None:
     async def reached() -> bool:
-        store = build_store(url)
-        try:
-            await store.open()
-            return (await store.counts())["events"] >= count
-        except Exception:
-            return False  # not created yet
-        finally:
-            await store.close()
+        return await stored_count(url) >= count
 
     await eventually(reached, timeout=60)
 
