@@ -10,86 +10,47 @@ group_id = "maintenance-fleet"
 ```
 
 The connection keys (brokers, topic, `preset = "eventhubs" | "confluent-cloud"`, SASL, TLS,
-secrets as literal, `env:VAR` or `file:PATH`) are the Kafka sink's, with the same names:
-the source builds a `sinks.kafka.Config` of them, so the sink's checks, presets and
-librdkafka security settings are the ones that apply, written once. Only the consumer's own
-keys (`group_id`, `start`, the batching of `_BusSource`) are declared here.
+secrets as literal, `env:VAR` or `file:PATH`, `options`) are the Kafka sink's: this Struct
+extends `sinks.kafka.Connection`, so the sink's checks, presets and librdkafka security
+settings (`sinks.kafka.connection_settings`) are the ones that apply, written once. Only the
+consumer's own keys are declared here: `group_id`, `start`, and the batching and backoff
+every bus source takes (`bridge.fleet.bus_config._BusSource`, which a Struct with fields of
+its own cannot also inherit).
 
 A plain Struct, no SDK: confluent-kafka is imported when the service starts the source.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 from bridge.fleet.bus_config import _BusSource
-from bridge.secrets import Secret
 from bridge.validation import FieldError
-from sinks.kafka import Config as ConnectionConfig
-from sinks.kafka import Mechanism, Protocol, client_config
+from sinks.kafka import Connection, connection_settings
 
 #: librdkafka settings the source owns: offsets are committed only after the store commit.
 CONSUMER_OPTIONS: Final = frozenset(
     {"group.id", "enable.auto.commit", "enable.auto.offset.store", "auto.offset.reset"}
 )
-#: What `sinks.kafka.client_config` sets for a producer only; a consumer leaves them out.
-PRODUCER_SETTINGS: Final = frozenset(
-    {
-        "enable.idempotence",
-        "acks",
-        "message.timeout.ms",
-        "message.max.bytes",
-        "linger.ms",
-        "compression.codec",
-        "partitioner",
-        "request.timeout.ms",  # producer-only in librdkafka (the Event Hubs preset sets it)
-    }
-)
-#: The keys handed to the sink's `Config` as they are.
-CONNECTION_KEYS: Final = (
-    "bootstrap_servers",
-    "topic",
-    "preset",
-    "security_protocol",
-    "sasl_mechanism",
-    "username",
-    "password",
-    "connection_string",
-    "ca_file",
-    "oauth_token_url",
-    "oauth_client_id",
-    "oauth_client_secret",
-    "oauth_scope",
-)
+_BUS_DEFAULTS: Final = _BusSource()
 
 
-class KafkaSourceConfig(_BusSource, frozen=True, kw_only=True):
+class KafkaSourceConfig(Connection, frozen=True, kw_only=True):
     """`type = "kafka"`: one consumer group on one topic (bridge/fleet/sources/kafka.py)."""
 
     type: Literal["kafka"] = "kafka"
     name: str = "kafka"
-    bootstrap_servers: list[str] | None = None
-    topic: str | None = None
-    preset: Literal["eventhubs", "confluent-cloud"] | None = None
-    security_protocol: Protocol | None = None
-    sasl_mechanism: Mechanism | None = None
-    username: str | None = None
-    password: Secret | None = None
-    connection_string: Secret | None = None
-    ca_file: Path | None = None
-    oauth_token_url: str | None = None
-    oauth_client_id: str | None = None
-    oauth_client_secret: Secret | None = None
-    oauth_scope: str | None = None
     #: The consumer group: replicas of the fleet service share it and split the partitions.
     group_id: str = "maintenance-fleet"
     #: Where a partition without a committed offset starts: its oldest message, or new ones.
     start: Literal["earliest", "latest"] = "earliest"
-    #: Further librdkafka consumer settings (not the sink's managed ones, nor CONSUMER_OPTIONS).
-    options: dict[str, str | int | float | bool] = msgspec.field(default_factory=dict)
+    #: As every bus source (see `_BusSource`).
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = _BUS_DEFAULTS.batch_size
+    batch_wait: Annotated[float, msgspec.Meta(ge=0, le=60)] = _BUS_DEFAULTS.batch_wait
+    retry_initial: Annotated[float, msgspec.Meta(gt=0)] = _BUS_DEFAULTS.retry_initial
+    retry_max: Annotated[float, msgspec.Meta(gt=0)] = _BUS_DEFAULTS.retry_max
 
     def __post_init__(self) -> None:
         for key in self.options:
@@ -97,20 +58,20 @@ class KafkaSourceConfig(_BusSource, frozen=True, kw_only=True):
                 raise FieldError(
                     "options", f"{key!r} is set by the source (offsets follow the store commit)"
                 )
-        self.connection()  # the sink's checks, raising FieldError/ValueError as it does
+        super().__post_init__()
 
-    def connection(self) -> ConnectionConfig:
-        """The connection keys as the Kafka sink's configuration (checked by it)."""
-        keys = {key: getattr(self, key) for key in CONNECTION_KEYS}
-        return ConnectionConfig(type="kafka", options=dict(self.options), **keys)
+    def bus(self) -> _BusSource:
+        """The batching and backoff keys, as the shared bus logic takes them."""
+        return _BusSource(
+            batch_size=self.batch_size,
+            batch_wait=self.batch_wait,
+            retry_initial=self.retry_initial,
+            retry_max=self.retry_max,
+        )
 
     def consumer_settings(self) -> dict[str, Any]:
         """librdkafka's consumer settings, secrets included: build the consumer, then drop it."""
-        settings = {
-            key: value
-            for key, value in client_config(self.connection()).items()
-            if key not in PRODUCER_SETTINGS or key in self.options
-        }
+        settings = connection_settings(self)
         settings.update(
             {
                 "group.id": self.group_id,

@@ -73,7 +73,7 @@ class KafkaSource:
     def __init__(self, config: KafkaSourceConfig) -> None:
         self.name = config.name
         self._config = config
-        self.servers, self.topic = config.connection().target()
+        self.servers, self.topic = config.target()
         self._committer: Committer | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -89,7 +89,7 @@ class KafkaSource:
         return f"KafkaSource(name={self.name!r}, topic={self.topic!r})"
 
     async def start(self, ingestor: Ingestor) -> None:
-        self._committer = Committer(self.name, ingestor, self._config)
+        self._committer = Committer(self.name, ingestor, self._config.bus())
         consumer = await asyncio.to_thread(self._consumer)
         self._stopping.clear()
         self._failure = None
