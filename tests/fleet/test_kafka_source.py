@@ -58,6 +58,12 @@ def cluster() -> Iterator[MockCluster]:
         mock.stop()
 
 
+@pytest.fixture
+def topic(cluster: MockCluster) -> str:
+    """A topic of four partitions on the cluster."""
+    return cluster.create_topic(partitions=4)
+
+
 def source(cluster: MockCluster, topic: str, **more: Any) -> dict[str, Any]:
     return {
         "type": "kafka",
@@ -206,9 +212,8 @@ def test_the_client_library_is_imported_only_when_the_source_starts() -> None:
 
 
 async def test_both_binding_modes_arrive_and_offsets_follow_the_store(
-    tmp_path: Path, cluster: MockCluster
+    tmp_path: Path, cluster: MockCluster, topic: str
 ) -> None:
-    topic = cluster.create_topic(partitions=4)
     events = fleet_events(per_vm=10)
     binary, structured = events[:15], events[15:]
     service = service_for(tmp_path, cluster, topic)
@@ -256,9 +261,8 @@ async def test_a_poison_message_is_rejected_and_committed_past(
 
 
 async def test_a_service_stopped_and_started_mid_stream_loses_and_doubles_nothing(
-    tmp_path: Path, cluster: MockCluster
+    tmp_path: Path, cluster: MockCluster, topic: str
 ) -> None:
-    topic = cluster.create_topic(partitions=4)
     events = fleet_events(per_vm=60)
     await publish(cluster, topic, events[:90])
     first = service_for(tmp_path, cluster, topic, batch_size=10)
@@ -274,9 +278,8 @@ async def test_a_service_stopped_and_started_mid_stream_loses_and_doubles_nothin
 
 
 async def test_a_fleet_process_killed_mid_stream_loses_and_doubles_nothing(
-    tmp_path: Path, cluster: MockCluster
+    tmp_path: Path, cluster: MockCluster, topic: str
 ) -> None:
-    topic = cluster.create_topic(partitions=4)
     events = fleet_events(per_vm=200)
     url = f"sqlite://{tmp_path / 'fleet.sqlite3'}"
     config = tmp_path / "fleet.toml"
@@ -331,9 +334,8 @@ async def store_reached(url: str, count: int) -> None:
 
 
 async def test_a_second_replica_takes_partitions_over_and_nothing_is_lost_or_doubled(
-    tmp_path: Path, cluster: MockCluster
+    tmp_path: Path, cluster: MockCluster, topic: str
 ) -> None:
-    topic = cluster.create_topic(partitions=4)
     events = fleet_events(per_vm=60)
     first = service_for(tmp_path, cluster, topic, batch_size=10)
     second = service_for(tmp_path, cluster, topic, batch_size=10)
