@@ -4,10 +4,10 @@ into its store through a consumer group.
 
 Offsets are checked the way Kafka shows them: after the service stopped, the group's
 committed offsets are the partitions' ends (everything the store holds was committed past,
-poison included). Restarts in process, a `kill -9` of a fleet process and a second replica
-joining the group mid-stream all end with every event in the store exactly once. The mock
-cluster comes from tests/sinks/kafka_mock.py (skipped without confluent-kafka, failing under
-CI=true); nothing of ours stands in for Kafka.
+poison included). Restarts in process, a `kill -9` of a `maintenance-bridge fleet` process
+and a second replica joining the group mid-stream all end with every event in the store
+exactly once. The mock cluster comes from tests/sinks/kafka_mock.py (skipped without
+confluent-kafka, failing under CI=true); nothing of ours stands in for Kafka.
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ async def test_a_fleet_process_killed_mid_stream_loses_and_doubles_nothing(
         + toml_table("[[fleet.sources]]", table)
         + toml_table("[fleet.sources.options]", {json.dumps(k): v for k, v in options.items()})
     )
-    fleet = Process(["tests.fleet.serve", str(config)], tmp_path / "fleet.log")
+    fleet = Process(["bridge", "fleet", "--config", str(config)], tmp_path / "fleet.log")
     store = build_store(url)
     await publish(cluster, topic, events)
     try:
