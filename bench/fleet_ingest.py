@@ -9,6 +9,10 @@ Each run stores N distinct events (one maintenance transition each, spread over 
 - **Pub/Sub**: the events are published to Google's emulator first (not timed), then the
   fleet service's streaming pull consumes the backlog (timed from the source's start to the
   last commit);
+- **Kafka**: the same with librdkafka's mock cluster (three brokers in this process, a
+  topic of 16 partitions, as the mock brokers keep only a few MB per partition): the
+  events are produced first in structured mode (not timed), then the fleet service's
+  consumer group drains the backlog.
 
 each into SQLite and into a real PostgreSQL server started from the machine's binaries
 (`fsync=off`, so it is the fleet service that is measured, not this VM's disk). The fleet
@@ -47,6 +51,7 @@ from tests.support import eventually, free_port, running_as_root
 BATCH = 100
 CLIENTS = 4
 INSTANCES = 10_000
+KAFKA_PARTITIONS = 16
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,43 @@ async def pubsub(url: str, store: str, bodies: list[bytes], emulator: Any) -> Fi
         admin.close()
 
 
+async def kafka(url: str, store: str, bodies: list[bytes], cluster: Any) -> Figure:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from sinks.kafka_binding import CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE
+
+    topic = cluster.create_topic(partitions=KAFKA_PARTITIONS)
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+        headers: list[tuple[str, str | bytes | None]] = [
+            (CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE.encode())
+        ]
+        for index, body in enumerate(bodies):
+            producer.produce(topic, body, str(index % INSTANCES).encode(), headers=headers)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "bench"})
+        for partition in range(KAFKA_PARTITIONS):
+            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
+            if low:  # the mock broker dropped the oldest messages: the run cannot finish
+                raise RuntimeError(f"the mock cluster truncated partition {partition}")
+        consumer.close()
+
+    await asyncio.to_thread(produce)
+    source = {
+        "type": "kafka",
+        "bootstrap_servers": [cluster.bootstrap],
+        "topic": topic,
+        "group_id": f"fleet-{topic}",  # a fresh group: no departed member to wait out
+    }
+    began = time.perf_counter()
+    async with service(url, [source]) as fleet:
+        await stored(fleet, len(bodies), timeout=600)
+        seconds = time.perf_counter() - began
+    return Figure("Kafka consumer group", store, len(bodies), seconds, rss_mb())
+
+
 @asynccontextmanager
 async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Callable[[], str]]]]:
     """(name, a new store URL each call) for SQLite and, when its binaries are here,
@@ -162,6 +204,7 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Callable[[], str]]]
 
 
 async def run(count: int) -> tuple[list[Figure], list[str]]:
+    from tests.sinks.kafka_mock import MockCluster, library
     from tests.sinks.pubsub_emulator import Emulator, find_script
 
     figures: list[Figure] = []
@@ -173,6 +216,12 @@ async def run(count: int) -> tuple[list[Figure], list[str]]:
         notes.append("Pub/Sub: skipped, the emulator (Google Cloud CLI + Java) is not installed")
     else:
         await asyncio.to_thread(emulator.start)
+    lib = library()
+    cluster = MockCluster(lib) if lib is not None else None
+    if cluster is None:
+        notes.append("Kafka: skipped, confluent-kafka (the kafka extra) is not installed")
+    else:
+        cluster.start()
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         try:
             async with stores(Path(tmp)) as available:
@@ -183,9 +232,13 @@ async def run(count: int) -> tuple[list[Figure], list[str]]:
                     if emulator is not None:
                         with environment("PUBSUB_EMULATOR_HOST", emulator.host):
                             figures.append(await pubsub(new_url(), name, bodies, emulator))
+                    if cluster is not None:
+                        figures.append(await kafka(new_url(), name, bodies, cluster))
         finally:
             if emulator is not None:
                 await asyncio.to_thread(emulator.stop)
+            if cluster is not None:
+                cluster.stop()
     return figures, notes
 
 

@@ -82,15 +82,15 @@ Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 Mechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 
 
-class Config(SinkConfig, frozen=True, kw_only=True):
-    """`[[sinks]] type = "kafka"`: brokers + topic, or a preset (see docs/kafka.md)."""
+class Connection(SinkConfig, frozen=True, kw_only=True):
+    """How to reach a topic: brokers, presets, SASL, TLS; the keys the sink and the fleet's
+    `kafka` source (`bridge.fleet.kafka_config`) share, with one set of checks."""
 
-    type: Literal["kafka"] = "kafka"
+    type: str = "kafka"
     #: ``host:port`` of one or more brokers; derived from the connection string for Event Hubs.
     bootstrap_servers: list[str] | None = None
     #: The topic (for Event Hubs: the event hub; defaults to the connection string's EntityPath).
     topic: str | None = None
-    mode: Literal["binary", "structured"] = "binary"
     preset: Literal["eventhubs", "confluent-cloud"] | None = None
     #: Default PLAINTEXT, or SASL_SSL with a preset or a SASL mechanism.
     security_protocol: Protocol | None = None
@@ -106,12 +106,6 @@ class Config(SinkConfig, frozen=True, kw_only=True):
     oauth_client_id: str | None = None
     oauth_client_secret: Secret | None = None
     oauth_scope: str | None = None
-    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
-    #: The broker's (or topic's) limit; a larger event is rejected to the dead letters.
-    message_max_bytes: Annotated[int, msgspec.Meta(ge=1000, le=1_000_000_000)] = 1_000_000
-    linger_ms: Annotated[float, msgspec.Meta(ge=0, le=900_000)] = 5.0
-    #: Deadline of one publish attempt, in seconds (librdkafka's ``message.timeout.ms``).
-    timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     #: Further librdkafka settings (not those listed in MANAGED_OPTIONS).
     options: dict[str, str | int | float | bool] = msgspec.field(default_factory=dict)
 
@@ -155,8 +149,6 @@ class Config(SinkConfig, frozen=True, kw_only=True):
             raise FieldError(
                 "topic", "required: the event hub (the connection string has no EntityPath)"
             )
-        if self.compression not in ("none", "gzip"):
-            raise FieldError("compression", "Event Hubs accepts only none or gzip")
         for key in ("username", "password", "sasl_mechanism", "security_protocol"):
             if getattr(self, key) is not None:
                 raise FieldError(key, 'set by preset = "eventhubs" (from the connection string)')
@@ -189,19 +181,29 @@ class Config(SinkConfig, frozen=True, kw_only=True):
         return list(self.bootstrap_servers), self.topic
 
 
-def client_config(config: Config) -> dict[str, Any]:
-    """librdkafka's settings for `config`, secrets included: build the producer, then drop it."""
+class Config(Connection, frozen=True, kw_only=True):
+    """`[[sinks]] type = "kafka"`: brokers + topic, or a preset (see docs/kafka.md)."""
+
+    type: Literal["kafka"] = "kafka"
+    mode: Literal["binary", "structured"] = "binary"
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
+    #: The broker's (or topic's) limit; a larger event is rejected to the dead letters.
+    message_max_bytes: Annotated[int, msgspec.Meta(ge=1000, le=1_000_000_000)] = 1_000_000
+    linger_ms: Annotated[float, msgspec.Meta(ge=0, le=900_000)] = 5.0
+    #: Deadline of one publish attempt, in seconds (librdkafka's ``message.timeout.ms``).
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.preset == "eventhubs" and self.compression not in ("none", "gzip"):
+            raise FieldError("compression", "Event Hubs accepts only none or gzip")
+
+
+def connection_settings(config: Connection) -> dict[str, Any]:
+    """librdkafka's settings to reach the brokers (a producer's or a consumer's), secrets
+    included: build the client, then drop them."""
     servers, _ = config.target()
-    settings: dict[str, Any] = {
-        "bootstrap.servers": ",".join(servers),
-        "enable.idempotence": True,
-        "acks": "all",
-        "message.timeout.ms": max(1, round(config.timeout * 1000)),
-        "message.max.bytes": config.message_max_bytes,
-        "linger.ms": config.linger_ms,
-        "compression.codec": config.compression,
-        "partitioner": "murmur2_random",
-    }
+    settings: dict[str, Any] = {"bootstrap.servers": ",".join(servers)}
     if config.preset == "eventhubs":
         assert config.connection_string is not None
         settings.update(EVENTHUBS_OPTIONS)
@@ -238,6 +240,22 @@ def client_config(config: Config) -> dict[str, Any]:
     if config.ca_file is not None:
         settings["ssl.ca.location"] = str(config.ca_file)
     settings.update(config.options)
+    return settings
+
+
+def client_config(config: Config) -> dict[str, Any]:
+    """librdkafka's producer settings for `config`, secrets included: build the producer,
+    then drop it."""
+    settings: dict[str, Any] = {
+        "enable.idempotence": True,
+        "acks": "all",
+        "message.timeout.ms": max(1, round(config.timeout * 1000)),
+        "message.max.bytes": config.message_max_bytes,
+        "linger.ms": config.linger_ms,
+        "compression.codec": config.compression,
+        "partitioner": "murmur2_random",
+    }
+    settings.update(connection_settings(config))  # ends with the user's `options`
     return settings
 
 

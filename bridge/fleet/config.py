@@ -34,6 +34,7 @@ import msgspec
 
 from bridge.config import apply_env_overrides, read_toml
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
+from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.infra.secrets import Secret
 from bridge.infra.validation import ConfigError, FieldError, render_path, validate_into
 from sinks import _webhook_signing as signing
@@ -115,6 +116,7 @@ SOURCE_TYPES: Final[dict[str, type[msgspec.Struct]]] = {
     "http": HttpSourceConfig,
     "pubsub": PubsubSourceConfig,
     "eventhubs": EventHubsSourceConfig,
+    "kafka": KafkaSourceConfig,
 }
 
 

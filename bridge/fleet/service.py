@@ -19,6 +19,7 @@ from aiohttp import web
 from bridge.fleet.api import FleetApiRoutes
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
+from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Ingestor, Source
 from bridge.fleet.sources.http import HttpSource
@@ -57,6 +58,10 @@ def build_source(config: Any) -> Source:
         from bridge.fleet.sources.eventhubs import EventHubsSource
 
         return EventHubsSource(config)
+    if isinstance(config, KafkaSourceConfig):
+        from bridge.fleet.sources.kafka import KafkaSource
+
+        return KafkaSource(config)
     raise ValueError(f"unknown source type {config.type!r}")
 
 
