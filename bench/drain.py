@@ -29,11 +29,11 @@ from urllib.parse import urlsplit
 from bench.profiles import by_package
 from bench.spans import timing
 from bridge.config import parse_config
-from bridge.dispatch import Dispatcher
-from bridge.events import serialize
-from bridge.http1 import Http1Client
+from bridge.infra.http1 import Http1Client
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import serialize
+from bridge.pipeline.spool import NewEvent, Spool
 from bridge.runner import build_sinks
-from bridge.spool import NewEvent, Spool
 from sinks.webhook import STRUCTURED_CONTENT_TYPE
 from tests.factories import sample_events
 
@@ -140,10 +140,14 @@ async def client_alone(url: str, total: int) -> Drain:
 
 #: What a drain's time per event is spent on, timed in this process (`bench.spans.timing`).
 DRAIN_STEPS = {
-    ("bridge.dispatch", "Dispatcher", "_deliver"): "delivery: parse, encode, the HTTP exchange",
-    ("bridge.http1", "Http1Client", "request"): "  of which the HTTP exchange",
-    ("bridge.spool", "Spool", "ack"): "acknowledgements (spool transactions, awaited)",
-    ("bridge.spool", "Spool", "pending"): "spool reads (windows of pending events)",
+    (
+        "bridge.pipeline.dispatch",
+        "Dispatcher",
+        "_deliver",
+    ): "delivery: parse, encode, the HTTP exchange",
+    ("bridge.infra.http1", "Http1Client", "request"): "  of which the HTTP exchange",
+    ("bridge.pipeline.spool", "Spool", "ack"): "acknowledgements (spool transactions, awaited)",
+    ("bridge.pipeline.spool", "Spool", "pending"): "spool reads (windows of pending events)",
 }
 
 

@@ -38,9 +38,9 @@ import psutil
 from bench.procs import ROOT, Proc, spawn
 from bench.stats import Summary, summarize
 from bridge import contract
-from bridge.events import serialize, to_cloudevent
-from bridge.heartbeat import heartbeat_event
-from bridge.model import Instance, Kind, Notice, Provider, Status
+from bridge.pipeline.events import serialize, to_cloudevent
+from bridge.pipeline.heartbeat import heartbeat_event
+from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status
 from sinks import _webhook_signing as signing
 from sinks.webhook import BATCH_SIZE
 from tests.fleet.factories import azure_vm, gce_vm

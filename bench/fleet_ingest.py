@@ -44,7 +44,7 @@ from bench.drain import environment
 from bench.procs import ROOT
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
-from bridge.model import Status
+from bridge.pipeline.model import Status
 from tests.fleet.factories import T0, azure_vm, gce_vm, transition
 from tests.support import eventually, free_port, running_as_root
 

@@ -3,7 +3,7 @@
 Our simulator and receiver (aiohttp) write each answer in one piece. Many real servers do
 not: `http.server`, werkzeug (Flask's server) and others write an answer's head and body in
 two `send` calls, with Nagle's algorithm on. On a kept-alive connection that meets the
-client's delayed acknowledgements (see `bridge.http1`), which one-piece servers never show,
+client's delayed acknowledgements (see `bridge.infra.http1`), which one-piece servers never show,
 so the benchmark also runs against these:
 
 - `PlainFront`: a `ThreadingHTTPServer` (HTTP/1.1, keep-alive, Nagle on: `http.server` as

@@ -32,8 +32,8 @@ from bench.stats import Series
 #: (module, class, coroutine method) -> step name in OUT.
 WRAPPED = {
     ("bridge.runner", "Bridge", "_commit"): "update",
-    ("bridge.spool", "Spool", "commit"): "commit",
-    ("bridge.dispatch", "Dispatcher", "_deliver"): "deliver",
+    ("bridge.pipeline.spool", "Spool", "commit"): "commit",
+    ("bridge.pipeline.dispatch", "Dispatcher", "_deliver"): "deliver",
     ("sinks.webhook", "WebhookSink", "_publish"): "post",
 }
 

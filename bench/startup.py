@@ -20,7 +20,13 @@ from bench.receiver import Receiver
 from bridge.simulator import Simulator
 
 #: What `maintenance-bridge run` imports before its first metadata request (GCE, webhook).
-RUN_PATH = ("bridge.cli", "bridge.runner", "bridge.watchers.gce", "bridge.spool", "sinks.webhook")
+RUN_PATH = (
+    "bridge.cli",
+    "bridge.runner",
+    "bridge.providers.gce.watcher",
+    "bridge.pipeline.spool",
+    "sinks.webhook",
+)
 
 
 @dataclass
@@ -85,8 +91,8 @@ def import_profile(with_sdks: bool, top: int = 10) -> tuple[float, list[tuple[fl
     modules = [
         "bridge.cli",
         "bridge.runner",
-        "bridge.watchers.gce",
-        "bridge.spool",
+        "bridge.providers.gce.watcher",
+        "bridge.pipeline.spool",
         "sinks.webhook",
     ]
     if with_sdks:

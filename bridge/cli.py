@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge import __version__
-from bridge.backoff import for_humans
 from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
-from bridge.spool import SpoolError
+from bridge.pipeline.spool import SpoolError
 
 if TYPE_CHECKING:
     from bridge.runner import ProviderName
@@ -83,7 +82,7 @@ def _add_fleet_parser(commands: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bridge.coordination import elect_args as elect_cli
+    from bridge.actions.coordination import elect_args as elect_cli
     from bridge.simulator import cli as simulator_cli
 
     parser = argparse.ArgumentParser(
@@ -239,7 +238,8 @@ def _add_service_parser(commands: Any) -> None:
 
 
 def _service(args: argparse.Namespace) -> int:
-    from bridge import platform, service
+    from bridge import service
+    from bridge.infra import platform
 
     try:
         manager = platform.service_manager()
@@ -275,7 +275,7 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
     hooks under a running spool is where events get lost or doubled, and a restart (which
     delivers what is in flight and resumes from the checkpoints) applies a change safely.
     """
-    from bridge import platform
+    from bridge.infra import platform
 
     requests: list[str] = []
 
@@ -298,30 +298,35 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
 
 async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> ProviderName | None:
     """Detect the cloud, retrying with backoff; None when asked to stop first."""
-    from bridge.watchers.detect import DetectionError, detect
+    from bridge.infra.backoff import retry_logger, retry_until_done
+    from bridge.providers.detect import DetectionError, detect
 
-    delay = 2.0
-    while not stop.is_set():
-        try:
-            return await detect(config.source)
-        except DetectionError as exc:
-            log.error("%s\nretrying in %s", exc, for_humans(delay))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, 60.0)
-    return None
+    async def attempt() -> ProviderName | None:
+        return None if stop.is_set() else await detect(config.source)
+
+    async def until_stopped(delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+
+    return await retry_until_done(
+        attempt,
+        retry_on=DetectionError,
+        initial=2.0,
+        maximum=60.0,
+        before_sleep=retry_logger(log, "no cloud detected"),
+        sleep=until_stopped,
+    )
 
 
 async def _run(
     config: Config, stop: asyncio.Event | None = None, *, handle_signals: bool = True
 ) -> int:
     """The sidecar until `stop` is set (or a signal asks; a Windows service stops it)."""
-    from bridge import statelock
-    from bridge.health import HealthMonitor
-    from bridge.listener import ListenerError
-    from bridge.routes import serving
-    from bridge.runner import Bridge, build_sinks, watcher_factory
-    from bridge.spool import Spool
+    from bridge.compose import compose
+    from bridge.infra import statelock
+    from bridge.surface.health import HealthMonitor
+    from bridge.surface.listener import ListenerError
+    from bridge.surface.routes import serving
 
     stop = stop or asyncio.Event()
     if handle_signals:
@@ -334,11 +339,7 @@ async def _run(
                 provider = await _detect_until_stopped(config, stop)
                 if provider is None:
                     return EXIT_OK
-                sinks = build_sinks(config)
-                spool = Spool(
-                    config.state.dir, [sink.name for sink in sinks], config.delivery.max_pending
-                )
-                bridge = Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
+                bridge = compose(config, [provider])
                 monitor.attach(bridge)
                 checks = asyncio.create_task(monitor.run_sink_checks(), name="sink-checks")
                 try:
@@ -369,9 +370,9 @@ async def serve(path: Path | None, stop: asyncio.Event) -> int:
 
 
 async def _once(config: Config) -> int:
-    from bridge.events import serialize, to_cloudevent
+    from bridge.pipeline.events import serialize, to_cloudevent
+    from bridge.providers.detect import DetectionError, detect
     from bridge.runner import watcher_factory
-    from bridge.watchers.detect import DetectionError, detect
 
     try:
         provider = await detect(config.source)
@@ -385,12 +386,12 @@ async def _once(config: Config) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    from bridge import statelock
-    from bridge.health import HealthMonitor
-    from bridge.routes import serving
-    from bridge.runner import Bridge, WatcherFactory, watcher_factory
+    from bridge.compose import compose
+    from bridge.infra import statelock
+    from bridge.providers import registry as providers
     from bridge.simulator import Simulator
-    from bridge.spool import Spool
+    from bridge.surface.health import HealthMonitor
+    from bridge.surface.routes import serving
     from sinks.stdout import StdoutSink
 
     async with Simulator(provider="all", scenario=args.scenario, speed=args.speed) as sim:
@@ -411,13 +412,7 @@ async def _demo(args: argparse.Namespace) -> int:
                 }
             )
             sink = StdoutSink("stdout", pretty=args.pretty)
-            spool = Spool(Path(state_dir), [sink.name])
-            factories: dict[str, WatcherFactory] = {
-                "gce": watcher_factory(config, "gce"),
-                "azure": watcher_factory(config, "azure"),
-                "aws": watcher_factory(config, "aws"),
-            }
-            bridge = Bridge(config, factories, [sink], spool)
+            bridge = compose(config, providers.names(), [sink])
             monitor = HealthMonitor()
             monitor.attach(bridge)
             stop = asyncio.Event()
@@ -447,7 +442,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 async def _doctor(args: argparse.Namespace, config: Config, source: Path | None) -> int:
-    from bridge.doctor import Doctor, render
+    from bridge.surface.doctor import Doctor, render
 
     doctor = Doctor(config, source, args.timeout)
     findings = await doctor.run(send_test_event=args.send_test_event)
@@ -458,7 +453,7 @@ async def _doctor(args: argparse.Namespace, config: Config, source: Path | None)
 async def _spool(args: argparse.Namespace, config: Config) -> int:
     import datetime as dt
 
-    from bridge.spool import Spool
+    from bridge.pipeline.spool import Spool
 
     spool = Spool(config.state.dir, config.sink_names())
     if not spool.path.exists():
@@ -510,7 +505,7 @@ def _utf8_stdout() -> None:
 
 
 async def _elect(args: argparse.Namespace, config: Config) -> int:
-    from bridge.coordination import elect
+    from bridge.actions.coordination import elect
 
     return await elect.main(args, config.coordination)
 
@@ -518,14 +513,14 @@ async def _elect(args: argparse.Namespace, config: Config) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from bridge import logs
+    from bridge.infra import logs
 
     logs.setup(args.log_format, args.verbose)
     _utf8_stdout()
     command: str = args.command
     try:
         if command == "schema":
-            from bridge.events import schema_text
+            from bridge.pipeline.events import schema_text
 
             sys.stdout.write(schema_text())
             return EXIT_OK
@@ -559,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return EXIT_OK
         if command == "spool":
-            from bridge.secrets import placeholders_for_missing
+            from bridge.infra.secrets import placeholders_for_missing
 
             with placeholders_for_missing():  # the spool commands need the sinks' names only
                 config, source = _load(args.config)

@@ -18,12 +18,13 @@ from typing import Annotated, Any, Final, Literal, Self
 
 import msgspec
 
-from bridge import platform
-from bridge.coordination.settings import Coordination
-from bridge.validation import ConfigError as ConfigError
-from bridge.validation import FieldError, HttpUrl, render_path, validate_into
+from bridge.actions.coordination.settings import Coordination
+from bridge.contract import ProviderName
+from bridge.infra import platform
+from bridge.infra.validation import ConfigError as ConfigError
+from bridge.infra.validation import FieldError, HttpUrl, render_path, validate_into
 from sinks import registry
-from sinks.base import SinkConfig
+from sinks.api import SinkConfig
 
 CONFIG_ENV: Final = "MAINTENANCE_BRIDGE_CONFIG"
 ENV_PREFIX: Final = "MAINTENANCE_BRIDGE__"
@@ -81,7 +82,7 @@ class AzureSource(_Section, frozen=True, kw_only=True):
 
 
 class AwsSource(_Section, frozen=True, kw_only=True):
-    """EC2 instance metadata (IMDSv2); see bridge/watchers/aws.py."""
+    """EC2 instance metadata (IMDSv2); see bridge/providers/aws/watcher.py."""
 
     imds_url: BaseUrl = BaseUrl(AWS_DEFAULT_URL)
     #: Spot interruption and rebalance recommendation (two minutes of notice at most).
@@ -97,7 +98,7 @@ class AwsSource(_Section, frozen=True, kw_only=True):
 
 
 class Source(_Section, frozen=True, kw_only=True):
-    provider: Literal["auto", "gce", "azure", "aws"] = "auto"
+    provider: Literal["auto", ProviderName] = "auto"
     detect_timeout: Positive = 2.0
     gce: GceSource = GceSource()
     azure: AzureSource = AzureSource()
@@ -134,14 +135,14 @@ NoticeStatus = Literal["scheduled", "started", "completed", "cancelled"]
 
 
 class Hook(_Section, frozen=True, kw_only=True):
-    """A local command run for matching notices (see bridge/hooks.py); empty filters match all."""
+    """A local command run for matching notices (actions/hooks.py); empty filters match all."""
 
     name: str = ""  # default: the command's file name
     #: Argument list, no shell.
     command: Annotated[tuple[str, ...], msgspec.Meta(min_length=1)]
     statuses: tuple[NoticeStatus, ...] = ()
     kinds: tuple[NoticeKind, ...] = ()
-    providers: tuple[Literal["gce", "azure", "aws"], ...] = ()
+    providers: tuple[ProviderName, ...] = ()
     timeout: Positive = 60.0  # seconds; then the process group dies
     #: Finish this many seconds before not_before.
     deadline_before: NonNegative | None = None
@@ -181,7 +182,7 @@ class ApprovalRule(_Section, frozen=True, kw_only=True):
 
 
 class Approval(_Section, frozen=True, kw_only=True):
-    """Azure StartRequests (see bridge/approval.py). No rules and no preset: never approve."""
+    """Azure StartRequests (bridge/actions/approval.py). No rules and no preset: never approve."""
 
     leader: Literal["sorted-first", "self", "none"] = "sorted-first"
     preset: Literal["vendor-sample"] | None = None
@@ -197,7 +198,7 @@ class StatusApi(_Section, frozen=True, kw_only=True):
 
 class HeartbeatSettings(_Section, frozen=True, kw_only=True):
     """`[heartbeat]`: io.maintenancebridge.agent.heartbeat at start and every `interval`
-    seconds (see bridge/heartbeat.py); 0 sends none."""
+    seconds (see bridge/pipeline/heartbeat.py); 0 sends none."""
 
     interval: NonNegative = 300.0
 
@@ -212,7 +213,7 @@ class Config(_Section, frozen=True, kw_only=True):
     hooks: tuple[Hook, ...] = ()
     approval: Approval = Approval()
     status: StatusApi = StatusApi()
-    #: The fleet's maintenance budget (bridge/coordination); None: every VM acts alone.
+    #: The fleet's maintenance budget (bridge/actions/coordination); None: every VM acts alone.
     coordination: Coordination | None = None
 
     def action_problems(self) -> list[str]:

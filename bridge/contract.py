@@ -15,7 +15,7 @@ schema with its Struct, property by property, so the two cannot drift apart.
 
 Unknown fields are ignored, as schema v1 asks of consumers: version 1 only grows by addition.
 
-`bridge.events.to_cloudevent` stays the writer of maintenance events (its bytes are pinned:
+`bridge.pipeline.events.to_cloudevent` stays the writer of maintenance events (its bytes are pinned:
 event ids are forever); `encode` here writes the same structured JSON for any typed event,
 which is how the heartbeat is built and how a consumer re-emits what it read.
 """
@@ -29,6 +29,8 @@ from urllib.parse import unquote
 
 import msgspec
 
+#: The version of the `data` schema: it names the schema file (`bridge.pipeline.events`) and
+#: ends SCHEMA_URI (a literal, the type of `dataschema`; tests/test_layers.py checks they agree).
 SCHEMA_VERSION: Final = 1
 SCHEMA_URI: Final = "https://maintenancebridge.io/schemas/maintenance-event/v1.json"
 CONTENT_TYPE: Final = "application/json"

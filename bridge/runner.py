@@ -15,25 +15,29 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import partial
+from typing import Any
 
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.actions import Actions
-from bridge.backoff import for_humans
+from bridge.actions.engine import Actions
 from bridge.config import Config
-from bridge.dispatch import Dispatcher
-from bridge.events import TYPE_PREFIX, parse, serialize, to_cloudevent
-from bridge.heartbeat import Heartbeats
-from bridge.model import Instance, Notice, Status
-from bridge.spool import NewEvent, Spool, SpoolError
-from bridge.watchers.base import Update, Watcher
+from bridge.contract import ProviderName as ProviderName
+from bridge.infra.backoff import for_humans, retry_logger, retry_until_done
+from bridge.pipeline.approver import Approver
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import serialize, to_cloudevent
+from bridge.pipeline.heartbeat import Heartbeats
+from bridge.pipeline.in_force import InForce
+from bridge.pipeline.model import Instance, Notice, Status
+from bridge.pipeline.spool import NewEvent, Spool, SpoolError
+from bridge.pipeline.watchers.base import Update, Watcher
+from bridge.providers import registry as providers
 from sinks import registry
-from sinks.base import Sink
+from sinks.api import Sink
 
 log = logging.getLogger("bridge")
 
-ProviderName = Literal["gce", "azure", "aws"]
 WatcherFactory = Callable[[dict[str, Any] | None], Watcher]
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -41,37 +45,21 @@ Sleep = Callable[[float], Awaitable[None]]
 def watcher_factory(
     config: Config, provider: ProviderName, **client_options: Any
 ) -> WatcherFactory:
-    """A function that builds the provider's watcher from a checkpoint.
+    """A function that builds the provider's watcher (`bridge.providers.registry`) from a
+    checkpoint.
 
     `client_options` go to the metadata client (tests shorten its backoff). Every watcher
     the function builds shares one `RequestStats`, so the metrics survive a rebuild.
     """
-    from bridge.watchers.http import RequestStats
+    from bridge.pipeline.watchers.http import RequestStats
 
     client_options.setdefault("stats", RequestStats())
-    if provider == "gce":
-        from bridge.watchers import gce
+    plugin = providers.get(provider)
 
-        def build_gce(checkpoint: dict[str, Any] | None) -> Watcher:
-            client = gce.new_client(config.source.gce, **client_options)
-            return gce.GceWatcher(client, config.source.gce, checkpoint)
+    def build(checkpoint: dict[str, Any] | None) -> Watcher:
+        return plugin.watcher(config, checkpoint, **client_options)
 
-        return build_gce
-    if provider == "aws":
-        from bridge.watchers import aws
-
-        def build_aws(checkpoint: dict[str, Any] | None) -> Watcher:
-            client = aws.new_client(config.source.aws, **client_options)
-            return aws.AwsWatcher(client, config.source.aws, checkpoint)
-
-        return build_aws
-    from bridge.watchers import azure
-
-    def build_azure(checkpoint: dict[str, Any] | None) -> Watcher:
-        client = azure.new_client(config.source.azure, **client_options)
-        return azure.AzureWatcher(client, config.source.azure, checkpoint)
-
-    return build_azure
+    return build
 
 
 def build_sinks(config: Config) -> list[Sink]:
@@ -103,6 +91,11 @@ class WatcherCrash:
         return cls(count, f"{type(exc).__name__}: {exc}"[:300], time.time())
 
 
+class _NoApprover:
+    async def approve(self, event_id: str) -> None:
+        raise RuntimeError("no watched cloud can approve maintenance")
+
+
 @dataclass
 class Bridge:
     """Runs until `stop` is set; see the module docstring."""
@@ -117,8 +110,8 @@ class Bridge:
     watchers: dict[str, Watcher] = field(init=False, default_factory=dict)
     #: The VM's identity per watcher, once it has identified it (what heartbeats carry).
     instances: dict[str, Instance] = field(init=False, default_factory=dict)
-    #: The notices in force, by (watcher, notice id): what `/v1/notices` serves.
-    current: dict[tuple[str, str], CloudEvent] = field(init=False, default_factory=dict)
+    #: The notices in force: what `/v1/notices` serves and approvals check.
+    in_force: InForce = field(init=False, default_factory=InForce)
     #: Notices seen since start, by (provider, kind, status): the metrics' counter.
     notice_counts: Counter[tuple[str, str, str]] = field(init=False, default_factory=Counter)
     _tasks: dict[str, asyncio.Task[None]] = field(init=False, default_factory=dict)
@@ -134,25 +127,18 @@ class Bridge:
             retry_max=delivery.retry_max,
         )
         self.actions = Actions(
-            self.config, self.spool, self._approve, self._is_scheduled, self.dispatcher.notify
+            self.config, self.spool, self._approver().approve, self.in_force.is_scheduled
         )
 
-    async def _approve(self, event_id: str) -> None:
-        """POST StartRequests through the Azure watcher running now (it may be rebuilt)."""
-        from bridge.watchers.azure import AzureWatcher
-
-        watcher = self.watchers.get("azure")
-        if not isinstance(watcher, AzureWatcher):
-            raise RuntimeError("the Azure watcher is not running")
-        await watcher.approve(event_id)
-
-    def _is_scheduled(self, source: str, notice_id: str) -> bool:
-        return any(
-            key[1] == notice_id
-            and event.get_source() == source
-            and event.get_type() == TYPE_PREFIX + Status.SCHEDULED.value
-            for key, event in self.current.items()
-        )
+    def _approver(self) -> Approver:
+        """The approver of the first watched cloud that can approve (Azure); approvals are
+        only planned for such a cloud's notices, so the fallback is never called in practice."""
+        for name in providers.names():
+            if name in self.factories:
+                found = providers.get(name).approver(partial(self.watchers.get, name))
+                if found is not None:
+                    return found
+        return _NoApprover()
 
     async def _commit(self, name: str, update: Update) -> tuple[list[CloudEvent], dict[str, str]]:
         """Spool the update's events, the watcher's checkpoint, the actions they call for and
@@ -164,29 +150,17 @@ class Bridge:
         for notice, row in zip(update.notices, rows, strict=True):
             ended = notice.status in (Status.COMPLETED, Status.CANCELLED)
             in_force[f"{name}\t{notice.notice_id}"] = None if ended else row.body
-        delay = 0.5
-        while True:
-            try:
-                await self.spool.commit(
-                    rows, {name: update.checkpoint}, plan=plan, in_force=in_force
-                )
-                return events, plan
-            except SpoolError as exc:
-                log.error(
-                    "cannot spool %d notice(s), retrying in %s: %s",
-                    len(rows),
-                    for_humans(delay),
-                    exc,
-                )
-                await self.sleep(delay)
-                delay = min(delay * 2, 30.0)
-
-    def _remember(self, name: str, notice: Notice, event: CloudEvent) -> None:
-        key = (name, notice.notice_id)
-        if notice.status in (Status.COMPLETED, Status.CANCELLED):
-            self.current.pop(key, None)
-        else:
-            self.current[key] = event
+        await retry_until_done(
+            lambda: self.spool.commit(
+                rows, {name: update.checkpoint}, plan=plan, in_force=in_force
+            ),
+            retry_on=SpoolError,
+            initial=0.5,
+            maximum=30.0,
+            before_sleep=retry_logger(log, f"cannot spool {len(rows)} notice(s)"),
+            sleep=self.sleep,
+        )
+        return events, plan
 
     async def _watch(self, name: str) -> None:
         factory = self.factories[name]
@@ -204,13 +178,12 @@ class Bridge:
                         self.notice_counts[
                             (notice.provider.value, notice.kind.value, notice.status.value)
                         ] += 1
-                        self._remember(name, notice, event)
+                        self.in_force.remember(name, notice, event)
                         log.info(
                             "notice: %s",
                             describe(notice),
                             extra={"event_id": event.get_id(), "event_type": event.get_type()},
                         )
-                    self.dispatcher.notify()
                     self.actions.planned(plan)
                     self.actions.observed(events)
                     delay = 1.0
@@ -253,9 +226,7 @@ class Bridge:
     async def _restore(self) -> None:
         """The notices in force when the last run stopped: its watchers will not announce
         them again, yet the status API must know them."""
-        for key, body in (await self.spool.in_force()).items():
-            name, notice_id = key.split("\t", 1)
-            self.current[(name, notice_id)] = parse(body)
+        self.in_force.restore(await self.spool.in_force())
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.spool.open()
@@ -269,7 +240,9 @@ class Bridge:
                 for name in self.factories
             }
             tasks = list(self._tasks.values())
-            beats = Heartbeats(self, self.config.heartbeat.interval)
+            beats = Heartbeats(
+                self.spool, self.instances, self.watchers, self.config.heartbeat.interval
+            )
             beating = asyncio.create_task(beats.run(), name="heartbeat")
             stopper = asyncio.create_task(stop.wait())
             _done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)

@@ -2,7 +2,7 @@
 service manager, and the bridge run that a service stop request ends.
 
 The service itself (a pywin32 `ServiceFramework` hosted by `pythonservice.exe`) is in
-`bridge/platform/winservice.py`; every call it makes to the Service Control Manager goes
+`bridge/infra/platform/winservice.py`; every call it makes to the Service Control Manager goes
 through `ServiceManager`, so the tests check on Linux which calls `install`, `uninstall`,
 `start`, `stop` and `status` make, and run the real bridge under `run_service` with a stop
 requested from another thread, as the service control handler does.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
-from bridge.logs import JsonFormatter
+from bridge.infra.logs import JsonFormatter
 
 NAME: Final = "maintenance-bridge"
 DISPLAY_NAME: Final = "maintenance-bridge"
@@ -27,7 +27,7 @@ DESCRIPTION: Final = (
     "them as CloudEvents."
 )
 #: What pythonservice.exe imports to host the service.
-CLASS: Final = "bridge.platform.winservice.BridgeService"
+CLASS: Final = "bridge.infra.platform.winservice.BridgeService"
 #: Restart after a failure: after 5 s, 5 s, then 30 s; the failure count resets after a day.
 RESTART_DELAYS_MS: Final = (5_000, 5_000, 30_000)
 RESET_PERIOD_S: Final = 86_400

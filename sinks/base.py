@@ -55,7 +55,7 @@ class SinkConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, froze
 
     A sink's `Config` is a subclass declared `frozen=True, kw_only=True` (msgspec inherits
     them, type checkers don't; and its required keys follow `name`), narrows `type` to
-    `Literal["<its type>"]` and is built by `bridge.validation.validate`; its own checks go
+    `Literal["<its type>"]` and is built by `bridge.infra.validation.validate`; its own checks go
     in `__post_init__` (see that module).
     """
 
@@ -86,9 +86,6 @@ class Sink(abc.ABC):
         if not batch:
             return Ok()
         return await self._publish(batch)
-
-    async def flush(self, timeout: float) -> None:
-        """Wait, at most `timeout` seconds, for anything the sink buffers itself."""
 
     async def close(self, timeout: float) -> None:
         """Flush within `timeout` and release the connection; safe to call twice."""

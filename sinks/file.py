@@ -14,9 +14,8 @@ from typing import Literal
 
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge import platform
-from bridge.events import serialize
-from sinks.base import Ok, Result, Retry, Sink, SinkConfig
+from bridge.infra import platform
+from sinks.api import Ok, Result, Retry, Sink, SinkConfig, serialize
 
 
 class Config(SinkConfig, frozen=True, kw_only=True):

@@ -34,9 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.secrets import Secret
-from bridge.validation import FieldError
-from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
+from sinks.api import FieldError, Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig
 from sinks.kafka_binding import Record, to_record
 
 if TYPE_CHECKING:

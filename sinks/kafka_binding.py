@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import parse, serialize
+from sinks.api import parse, serialize
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=UTF-8"
 CONTENT_TYPE_HEADER: Final = "content-type"
@@ -56,7 +56,7 @@ def to_record(event: CloudEvent, mode: Mode = "binary") -> Record:
 
     Encoded straight from the event's attributes with msgspec, whose JSON of a datetime is
     the RFC 3339 string the structured format carries (UTC as ``Z``), so both modes and
-    `bridge.events.serialize` describe an event identically (the tests compare them). A
+    `bridge.pipeline.events.serialize` describe an event identically (the tests compare them). A
     draining backlog pays this per event: a round trip through the SDK's JSON writer and a
     parse back would cost several times more.
     """

@@ -12,7 +12,7 @@ from typing import Literal
 
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.base import Ok, Reject, Result, Retry, Sink, SinkConfig
+from sinks.api import Ok, Reject, Result, Retry, Sink, SinkConfig
 
 
 class Config(SinkConfig, frozen=True, kw_only=True):

@@ -44,9 +44,18 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import as_dict, serialize
-from bridge.validation import FieldError
-from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
+from sinks.api import (
+    FieldError,
+    Health,
+    Ok,
+    Reject,
+    Result,
+    Retry,
+    Sink,
+    SinkConfig,
+    as_dict,
+    serialize,
+)
 
 if TYPE_CHECKING:
     from google.cloud.pubsub_v1 import PublisherClient  # type: ignore[import-untyped]

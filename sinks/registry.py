@@ -10,7 +10,7 @@ import importlib
 from types import ModuleType
 from typing import Final
 
-from sinks.base import Sink, SinkConfig
+from sinks.api import Sink, SinkConfig
 
 ENTRY_POINT_GROUP: Final = "maintenance_bridge.sinks"
 BUILTIN: Final = {

@@ -8,8 +8,7 @@ from typing import Literal
 
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import serialize
-from sinks.base import Ok, Result, Retry, Sink, SinkConfig
+from sinks.api import Ok, Result, Retry, Sink, SinkConfig, serialize
 
 
 class Config(SinkConfig, frozen=True, kw_only=True):

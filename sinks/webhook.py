@@ -14,7 +14,7 @@ dispatcher retries, and a retry re-signs the same bytes with the same `webhook-i
 fresh `webhook-timestamp` (receivers reject stale timestamps, so re-sending an old signature
 would be refused after five minutes of outage).
 
-One HTTP/1.1 client per sink (`bridge.http1`, h11 over asyncio streams, chosen for its
+One HTTP/1.1 client per sink (`bridge.infra.http1`, h11 over asyncio streams, chosen for its
 per-request cost: it is what bounds a backlog drain): keep-alive and connection reuse, TLS
 verification always on (custom CA bundle optional), and nothing read from the process
 environment (HTTP_PROXY, SSL_CERT_FILE, .netrc), so nothing outside this sink's own keys can
@@ -41,13 +41,22 @@ from cloudevents.core.bindings.http import to_binary
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import serialize
-from bridge.http1 import Http1Client, RequestTimeoutError, Response, TransportError
-from bridge.secrets import Secret
-from bridge.timeparse import TimeParseError, parse_time
-from bridge.validation import FieldError, HttpUrl
+from bridge.infra.backoff import parse_retry_after
+from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from sinks import _webhook_signing as signing
-from sinks.base import Health, Ok, Reject, Result, Retry, Sink, SinkConfig
+from sinks.api import (
+    FieldError,
+    Health,
+    HttpUrl,
+    Ok,
+    Reject,
+    Result,
+    Retry,
+    Secret,
+    Sink,
+    SinkConfig,
+    serialize,
+)
 
 log = logging.getLogger("sinks.webhook")
 
@@ -170,20 +179,6 @@ def redact_url(url: str) -> str:
     return f"{parsed.scheme}://{host}{port}{parsed.path}"
 
 
-def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
-    """Parse a Retry-After header (delta-seconds or an HTTP date) into seconds from now."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return float(value)
-    try:
-        when = parse_time(value)  # an HTTP date; one without a zone is UTC
-    except TimeParseError:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 def classify_status(response: Response, url: str) -> Result:
     """Map an HTTP answer from `url` (already redacted) to a delivery outcome.
 
@@ -195,7 +190,7 @@ def classify_status(response: Response, url: str) -> Result:
         return Ok()
     reason = f"HTTP {status} from {url}"
     if status in _TRANSIENT_STATUS or status >= 500:
-        return Retry(reason, retry_after_seconds(response.headers.get("retry-after")))
+        return Retry(reason, parse_retry_after(response.headers.get("retry-after")))
     if 300 <= status < 400:
         location = (
             redact_url(response.headers["location"]) if "location" in response.headers else "?"
@@ -328,7 +323,7 @@ class WebhookSink(Sink):
         if status in _TRANSIENT_STATUS or status >= 500:
             return Retry(
                 f"handshake: HTTP {status} from {self.display_url}",
-                retry_after_seconds(response.headers.get("retry-after")),
+                parse_retry_after(response.headers.get("retry-after")),
             )
         reason = (
             f"{self.display_url} did not grant delivery to origin {self._origin!r} in the "

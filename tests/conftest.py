@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bridge import platform
+from bridge.infra import platform
 from bridge.simulator import Simulator
 
 #: Fixtures that start a POSIX-only program (the Pub/Sub emulator's launcher is a shell script).

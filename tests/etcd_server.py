@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from bridge import platform
+from bridge.infra import platform
 from tests.support import free_port, running_as_root
 
 INSTALL_HELP = (

@@ -7,8 +7,8 @@ from typing import Any
 
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import to_cloudevent
-from bridge.model import Instance, Kind, Notice, Origin, Provider, Status
+from bridge.pipeline.events import to_cloudevent
+from bridge.pipeline.model import Instance, Kind, Notice, Origin, Provider, Status
 
 GCE_VM = Instance(
     provider=Provider.GCE,

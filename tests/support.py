@@ -22,12 +22,12 @@ import jsonschema
 import psutil
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge.compose import compose
 from bridge.config import Config, parse_config
-from bridge.events import EVENT_TYPES, as_dict, schema
-from bridge.runner import Bridge, ProviderName, WatcherFactory, watcher_factory
+from bridge.pipeline.events import EVENT_TYPES, as_dict, schema
+from bridge.runner import Bridge, ProviderName
 from bridge.simulator import Simulator, SimulatorThread
 from bridge.simulator.group import AzureGroup
-from bridge.spool import Spool
 from sinks.base import Result
 from sinks.memory import MemorySink
 
@@ -228,11 +228,7 @@ async def running_bridge(
 ) -> AsyncIterator[Running]:
     config = bridge_config(sim, state_dir, settings, **source)
     sink = sink or CheckedSink("memory")
-    factories: dict[str, WatcherFactory] = {
-        p: watcher_factory(config, p, **FAST_RETRY) for p in providers
-    }
-    spool = Spool(state_dir, [sink.name])
-    bridge = Bridge(config, factories, [sink], spool)
+    bridge = compose(config, providers, [sink], **FAST_RETRY)
     stop = asyncio.Event()
     task = asyncio.create_task(bridge.run(stop))
     try:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from bridge.approval import VENDOR_SAMPLE, decide, is_leader
-from bridge.audit import APPROVED, HOOK_COMPLETED
+from bridge.actions.approval import VENDOR_SAMPLE, decide, is_leader
+from bridge.actions.audit import APPROVED, HOOK_COMPLETED
 from bridge.config import Approval, ApprovalRule
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator, SimulatorThread

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge.audit import APPROVED
+from bridge.actions.audit import APPROVED
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from tests.support import running_bridge

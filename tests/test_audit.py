@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import jsonschema
 import pytest
 
-from bridge import audit
-from bridge.events import as_dict, to_cloudevent
+from bridge.actions import audit
+from bridge.pipeline.events import as_dict, to_cloudevent
 from tests.factories import GCE_VM, sample_notices
 from tests.support import assert_valid
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bridge.audit import APPROVED, HOOK_COMPLETED
-from bridge.health import HealthMonitor
-from bridge.metrics import render
+from bridge.actions.audit import APPROVED, HOOK_COMPLETED
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
+from bridge.surface.health import HealthMonitor
+from bridge.surface.metrics import render
 from tests.support import running_bridge
 from tests.test_hooks import RECORD, python_hook, records
 from tests.test_status_api import get, status_client

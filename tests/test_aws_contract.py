@@ -14,9 +14,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from bridge.events import schema, serialize, to_cloudevent
-from bridge.model import Kind, Notice, Status
-from bridge.watchers.aws import instance_of
+from bridge.pipeline.events import schema, serialize, to_cloudevent
+from bridge.pipeline.model import Kind, Notice, Status
+from bridge.providers.aws.watcher import instance_of
 from tests.factories import sample_events
 from tests.support import assert_valid
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bridge.config import parse_config
+from bridge.providers.detect import detect
 from bridge.simulator import Simulator
-from bridge.watchers.detect import detect
 from tests.sinks.webhook_receiver import WebhookReceiver
 from tests.test_doctor import config_file, doctor, line, receiver  # noqa: F401 (fixture)
 

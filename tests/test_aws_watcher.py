@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bridge.providers.aws.watcher import AwsWatcher
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
-from bridge.watchers.aws import AwsWatcher
 from tests.support import Running, eventually, running_bridge
 
 AWS: tuple[ProviderName, ...] = ("aws",)

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from bridge.backoff import for_humans
+from bridge.infra.backoff import for_humans
+from bridge.providers.azure.watcher import parse_document
+from bridge.providers.gce.watcher import parse_upcoming
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
-from bridge.watchers.azure import parse_document
-from bridge.watchers.gce import parse_upcoming
 from tests.support import running_bridge
 
 AZURE: tuple[ProviderName, ...] = ("azure",)

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bridge.events import schema
+from bridge.pipeline.events import schema
 from bridge.simulator import Simulator, SimulatorThread
 from tests.support import assert_valid, free_port
 
@@ -251,9 +251,9 @@ def test_demo_plays_the_scenario_and_prints_valid_events() -> None:
 
 
 async def test_spool_list_replay_purge(tmp_path: Path) -> None:
-    from bridge.dispatch import Dispatcher
-    from bridge.events import serialize
-    from bridge.spool import NewEvent, Spool
+    from bridge.pipeline.dispatch import Dispatcher
+    from bridge.pipeline.events import serialize
+    from bridge.pipeline.spool import NewEvent, Spool
     from sinks.base import Reject
     from sinks.memory import MemorySink
     from tests.factories import sample_events

@@ -8,8 +8,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+from bridge.pipeline.spool import DB_NAME
 from bridge.simulator import Simulator
-from bridge.spool import DB_NAME
 from tests.test_cli import bridge, write_config
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from bridge.config import AzureSource, ConfigError, apply_env_overrides, parse_config
-from bridge.secrets import Secret
-from bridge.validation import validate
+from bridge.infra.secrets import Secret
+from bridge.infra.validation import validate
 from sinks import eventhubs, registry, webhook
 from sinks.base import Ok
 from tests.factories import sample_events

@@ -16,10 +16,11 @@ import jsonschema
 import msgspec
 import pytest
 
-from bridge import audit, contract
+from bridge import contract
+from bridge.actions import audit
 from bridge.contract import ContractError, from_cloudevent
-from bridge.events import EVENT_TYPES, as_dict, schema, serialize, to_cloudevent
-from bridge.model import Kind, Notice, Status, Window
+from bridge.pipeline.events import EVENT_TYPES, as_dict, schema, serialize, to_cloudevent
+from bridge.pipeline.model import Kind, Notice, Status, Window
 from tests.factories import GCE_VM, sample_events, sample_notices
 from tests.support import assert_valid
 
@@ -225,12 +226,13 @@ def test_binary_mode_reads_as_the_same_event() -> None:
 
 
 def test_the_writers_types_are_the_contracts() -> None:
-    """bridge/audit.py names its types itself (the sidecar's writer); the contract must read
+    """bridge/actions/audit.py names its types itself (the sidecar's writer); the contract must read
     every one of them, and the maintenance writer's."""
     assert (audit.APPROVED, audit.HOOK_COMPLETED, audit.TEST) == (
         contract.APPROVED,
         contract.HOOK_COMPLETED,
         contract.TEST,
     )
-    assert set(audit.AUDIT_TYPES) <= set(contract.DATA_TYPES)
+    audit_types = {audit.HOOK_COMPLETED, audit.APPROVED, audit.TEST, audit.BUDGET_RELEASED}
+    assert audit_types <= set(contract.DATA_TYPES)
     assert set(EVENT_TYPES) == set(contract.MAINTENANCE_TYPES)

@@ -19,17 +19,18 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge import metrics, platform
-from bridge.audit import APPROVED, BUDGET_RELEASED, HOOK_COMPLETED
+from bridge.actions.audit import APPROVED, BUDGET_RELEASED, HOOK_COMPLETED
+from bridge.actions.coordination.budget import Budget, build, group_of
+from bridge.actions.coordination.settings import Coordination
 from bridge.config import ConfigError, parse_config
-from bridge.coordination.budget import Budget, build, group_of
-from bridge.coordination.settings import Coordination
-from bridge.doctor import Doctor
-from bridge.health import HealthMonitor
+from bridge.infra import platform
+from bridge.infra.validation import validate
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from bridge.simulator.group import AzureGroup
-from bridge.validation import validate
+from bridge.surface import metrics
+from bridge.surface.doctor import Doctor
+from bridge.surface.health import HealthMonitor
 from tests.etcd_server import EtcdServer
 from tests.etcd_server import etcd as etcd
 from tests.sinks.test_webhook import self_signed

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.dispatch import Dispatcher
-from bridge.events import serialize
-from bridge.spool import NewEvent, Spool
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import serialize
+from bridge.pipeline.spool import NewEvent, Spool
 from sinks.base import Reject, Result, Retry
 from sinks.memory import MemorySink
 from tests.factories import instance, sample_events
@@ -226,7 +226,7 @@ async def test_a_full_queue_moves_the_oldest_to_dead_letters_never_deletes(
 
 
 async def test_disk_full_is_a_clear_error_and_stores_nothing_half(tmp_path: Path) -> None:
-    from bridge.spool import SpoolError
+    from bridge.pipeline.spool import SpoolError
 
     spool = Spool(tmp_path, ["a"])
     await spool.open()

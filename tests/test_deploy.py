@@ -32,7 +32,7 @@ import yaml
 from bridge import __version__
 from bridge.cli import EXIT_CONFIG, build_parser
 from bridge.config import Config, load_config
-from bridge.spool import DB_NAME
+from bridge.pipeline.spool import DB_NAME
 
 pytestmark = pytest.mark.posix  # systemd, the Linux container and their linters
 

@@ -192,7 +192,7 @@ async def test_a_test_event_the_receiver_refuses_is_a_failure(
 async def test_the_spool_is_found_and_checked_read_only(
     gce_sim: Simulator, receiver: WebhookReceiver, tmp_path: Path
 ) -> None:
-    from bridge.spool import Spool
+    from bridge.pipeline.spool import Spool
 
     spool = Spool(tmp_path / "state", ["webhook"])
     await spool.open()

@@ -17,11 +17,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from bridge.config import Listener
-from bridge.health import HealthMonitor
-from bridge.routes import serving
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from bridge.simulator.group import AzureGroup
+from bridge.surface.health import HealthMonitor
+from bridge.surface.routes import serving
 from tests.etcd_server import EtcdServer
 from tests.etcd_server import etcd as etcd
 from tests.support import CheckedSink, eventually, running_bridge

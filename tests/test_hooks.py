@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bridge.audit import HOOK_COMPLETED
+from bridge.actions.audit import HOOK_COMPLETED
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from tests.support import CheckedSink, alive, eventually, running_bridge

@@ -4,7 +4,7 @@ Python's `http.server` (and werkzeug, and many others) answer that way with Nagl
 on: the body stays in the server until the client acknowledges the head. On a kept-alive
 connection Linux delays that acknowledgement (40 ms at least, its `TCP_ATO_MIN`) once the
 flow looks interactive, so every request would wait for it; the client asks for quick
-acknowledgements (`TCP_QUICKACK`) before each read to avoid it (see `bridge.http1`).
+acknowledgements (`TCP_QUICKACK`) before each read to avoid it (see `bridge.infra.http1`).
 
 What is pinned is the mechanism, not a speed: the median request on one kept connection
 stays far below the delayed-ACK time with the client as it is, and the same server, with
@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bridge import http1
+from bridge.infra import http1
 
 pytestmark = pytest.mark.skipif(
     http1.QUICK_ACK is None, reason="TCP_QUICKACK (quick acknowledgements) is Linux-only"

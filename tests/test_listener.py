@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from bridge.listener import Listener, ListenerError, Request, Response
+from bridge.surface.listener import Listener, ListenerError, Request, Response
 
 
 async def _ok(request: Request) -> Response:

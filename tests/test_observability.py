@@ -18,13 +18,13 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bridge.audit import APPROVED
+from bridge.actions.audit import APPROVED
 from bridge.config import Listener as ListenerSettings
-from bridge.health import HealthMonitor
-from bridge.listener import Listener
-from bridge.routes import serving
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
+from bridge.surface.health import HealthMonitor
+from bridge.surface.listener import Listener
+from bridge.surface.routes import serving
 from sinks.base import Health
 from tests.support import CheckedSink, Running, eventually, running_bridge
 

@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 
 from bridge.config import parse_config
-from bridge.dispatch import Dispatcher
-from bridge.events import serialize
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import serialize
+from bridge.pipeline.spool import NewEvent, Spool
 from bridge.runner import build_sinks
-from bridge.spool import NewEvent, Spool
 from tests.factories import sample_events
 from tests.support import assert_valid, eventually
 

@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.config import parse_config
-from bridge.events import to_cloudevent
-from bridge.model import Instance, Notice, Provider
-from bridge.watchers import azure, gce
+from bridge.pipeline.events import to_cloudevent
+from bridge.pipeline.model import Instance, Notice, Provider
+from bridge.providers.azure import watcher as azure
+from bridge.providers.gce import watcher as gce
 from tests.support import assert_valid
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

@@ -1,10 +1,11 @@
 """The platform layer: the POSIX strategy for real, the Windows strategy through its seam.
 
-`bridge.platform.windows.Windows` makes every Windows call through `Win32`; here a recorder
+`bridge.infra.platform.windows.Windows` makes every Windows call through `Win32`; here a recorder
 stands in for pywin32 (which cannot run on Linux) and the tests check which calls are made,
-with what, and when. The same goes for the Windows service (`bridge.service.ServiceManager`).
+with what, and when. The same goes for the Windows service
+(`bridge.service.ServiceManager`).
 What is real: the POSIX strategy, the lock, the bridge run that a service stop request ends,
-and the walk over the sources that keeps every platform difference in `bridge/platform/`.
+and the walk over the sources that keeps every platform difference in `bridge/infra/platform/`.
 """
 
 from __future__ import annotations
@@ -24,17 +25,20 @@ from pathlib import Path, PureWindowsPath
 import pytest
 import yaml
 
-from bridge import hooks, metrics, platform, service, statelock
+from bridge import service
+from bridge.actions import hooks
 from bridge.config import Hook, load_config
-from bridge.platform.base import Platform
-from bridge.platform.windows import CREATE_NEW_PROCESS_GROUP, Windows
-from bridge.prometheus import Exposition
+from bridge.infra import platform, statelock
+from bridge.infra.platform.base import Platform
+from bridge.infra.platform.windows import CREATE_NEW_PROCESS_GROUP, Windows
+from bridge.infra.prometheus import Exposition
 from bridge.simulator import Simulator, SimulatorThread
+from bridge.surface import metrics
 from tests.support import alive, azure_file_config, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# -- the rule: every difference in bridge/platform/ ----------------------------------------
+# -- the rule: every difference in bridge/infra/platform/ ----------------------------------------
 
 #: Modules that exist on one system only (POSIX-only first, then Windows-only).
 ONE_SYSTEM_MODULES = frozenset(
@@ -66,7 +70,7 @@ def _violations(path: Path) -> list[str]:
 
 
 def test_no_platform_difference_outside_the_platform_layer() -> None:
-    layer = ROOT / "bridge" / "platform"
+    layer = ROOT / "bridge" / "infra" / "platform"
     sources = [
         path
         for top in ("bridge", "sinks", "tests", "bench")
@@ -175,7 +179,7 @@ def test_a_ps1_hook_runs_with_powershell_on_either_system() -> None:
 
 @dataclass
 class RecordingWin32:
-    """Stands in for pywin32 (`bridge.platform.windows.Win32`); records every call."""
+    """Stands in for pywin32 (`bridge.infra.platform.windows.Win32`); records every call."""
 
     working_set: int | None = 123_456_789
     jobs: bool = True  # False: as without pywin32
@@ -330,7 +334,7 @@ def test_service_install_registers_the_class_options_and_recovery(tmp_path: Path
     assert service.control("install", manager, spec)[0] == 0
     ((_, installed),) = manager.calls
     assert isinstance(installed, service.ServiceSpec)
-    assert installed.python_class == "bridge.platform.winservice.BridgeService"
+    assert installed.python_class == "bridge.infra.platform.winservice.BridgeService"
     assert installed.options == {"config": str(config), "event_log": "1"}
     assert installed.restart_delays_ms == (5_000, 5_000, 30_000)
 

@@ -18,12 +18,12 @@ import httpx
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.health import HealthMonitor
+from bridge.pipeline.spool import DB_NAME, Spool
+from bridge.pipeline.watchers.base import Update
+from bridge.providers.gce import watcher as gce
 from bridge.runner import Bridge
 from bridge.simulator import Simulator
-from bridge.spool import DB_NAME, Spool
-from bridge.watchers import gce
-from bridge.watchers.base import Update
+from bridge.surface.health import HealthMonitor
 from sinks.base import Reject, Result
 from tests.support import (
     CheckedSink,

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 
 from bridge.config import Listener as ListenerSettings
-from bridge.health import HealthMonitor
-from bridge.routes import serving
 from bridge.runner import Bridge, ProviderName
 from bridge.simulator import Simulator
-from bridge.status_api import eligibility
+from bridge.surface.health import HealthMonitor
+from bridge.surface.routes import serving
+from bridge.surface.status_api import eligibility
 from tests.support import CheckedSink, eventually, running_bridge
 
 AZURE: tuple[ProviderName, ...] = ("azure",)
@@ -111,7 +111,7 @@ async def test_a_restart_remembers_the_notices_in_force(gce_sim: Simulator, tmp_
         running_bridge(gce_sim, tmp_path, sink=CheckedSink("m")) as run,
         status_client(run.bridge) as client,
     ):
-        await eventually(lambda: run.bridge.current)
+        await eventually(lambda: len(run.bridge.in_force))
         assert await get(client, "/v1/notices") == (200, [started])
         assert (await get(client, "/v1/eligible"))[0] == 503
 

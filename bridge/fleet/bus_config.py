@@ -25,8 +25,8 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from bridge.secrets import Secret
-from bridge.validation import FieldError
+from bridge.infra.secrets import Secret
+from bridge.infra.validation import FieldError
 from sinks.eventhubs import check_target
 
 _SUBSCRIPTION: Final = re.compile(r"^projects/[^/\s]+/subscriptions/[^/\s]+$")

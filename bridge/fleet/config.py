@@ -11,7 +11,7 @@ type = "http"
 secrets = ["env:FLEET_WEBHOOK_SECRET"]
 ```
 
-Validated like the sidecar's configuration (`bridge.validation`: every mistake named by its
+Validated like the sidecar's configuration (`bridge.infra.validation`: every mistake named by its
 key path, secrets as literal, `env:VAR` or `file:PATH`), and overridable from the
 environment the same way (`MAINTENANCE_BRIDGE__FLEET__LISTENER__PORT=9000`). Other top-level
 tables are ignored, so one file may configure a sidecar and a fleet service.
@@ -35,8 +35,8 @@ import msgspec
 from bridge.config import apply_env_overrides, read_toml
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.kafka_config import KafkaSourceConfig
-from bridge.secrets import Secret
-from bridge.validation import ConfigError, FieldError, render_path, validate_into
+from bridge.infra.secrets import Secret
+from bridge.infra.validation import ConfigError, FieldError, render_path, validate_into
 from sinks import _webhook_signing as signing
 
 ENV_PREFIX: Final = "MAINTENANCE_BRIDGE__FLEET__"

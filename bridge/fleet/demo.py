@@ -45,8 +45,7 @@ def _bridge(
     fleet_url: str,
     secret: str,
 ) -> Any:
-    from bridge.runner import Bridge, build_sinks, watcher_factory
-    from bridge.spool import Spool
+    from bridge.compose import compose
 
     config = parse_config(
         {
@@ -67,9 +66,7 @@ def _bridge(
             ],
         }
     )
-    sinks = build_sinks(config)
-    spool = Spool(state, [sink.name for sink in sinks])
-    return Bridge(config, {provider: watcher_factory(config, provider)}, sinks, spool)
+    return compose(config, [provider])
 
 
 async def run_demo(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from bridge.fleet.bus_config import _BusSource
-from bridge.validation import FieldError
+from bridge.infra.validation import FieldError
 from sinks.kafka import Connection, connection_settings
 
 #: librdkafka settings the source owns: offsets are committed only after the store commit.

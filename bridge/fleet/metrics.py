@@ -1,4 +1,4 @@
-"""The fleet service's Prometheus metrics, rendered at scrape time with `bridge.prometheus`.
+"""The fleet service's Prometheus metrics, rendered at scrape time with `bridge.infra.prometheus`.
 
 Ingest figures are counted where they happen (`IngestStats`, fed by every source through
 `bridge.fleet.sources.base.Ingestor`); the fleet figures (notices in force, instances by
@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from bridge.fleet.state import instance_state
 from bridge.fleet.store import IngestResult, Store
-from bridge.prometheus import Exposition, Histogram
+from bridge.infra.prometheus import Exposition, Histogram
 
 #: Ingest lag (receive time - event time), seconds: a live stream is sub-second, a backlog
 #: replayed after an outage is hours.

@@ -7,7 +7,7 @@
 - An instance is `reporting` while its last heartbeat is younger than
   `SILENT_AFTER_INTERVALS` of its own announced interval, else `silent` (also when it never
   sent one: an old sidecar or heartbeats off; nobody vouches that it is watching).
-- Eligibility is the sidecar's own rule (`bridge.status_api.eligibility`) applied to the
+- Eligibility is the sidecar's own rule (`bridge.surface.status_api.eligibility`) applied to the
   instance's notices in force, plus: an unknown or silent instance is never eligible.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from bridge.status_api import eligibility
+from bridge.surface.status_api import eligibility
 
 RANK: Final = {"scheduled": 0, "started": 1, "completed": 2, "cancelled": 2}
 FINISHED_RANK: Final = 2

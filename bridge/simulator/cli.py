@@ -85,7 +85,7 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
         port=args.port,
         on_step=on_step,
     )
-    from bridge import platform
+    from bridge.infra import platform
 
     stop = asyncio.Event()
     platform.current().install_stop_handlers(

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from bridge import audit, contract
-from bridge.events import serialize, to_cloudevent
+from bridge import contract
+from bridge.actions import audit
 from bridge.fleet.store import Accepted, Batch
-from bridge.heartbeat import heartbeat_event
-from bridge.model import Instance, Kind, Notice, Provider, Status
+from bridge.pipeline.events import serialize, to_cloudevent
+from bridge.pipeline.heartbeat import heartbeat_event
+from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status
 from tests.factories import instance
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.fleet.service import FleetService
-from bridge.model import Kind, Status
+from bridge.pipeline.model import Kind, Status
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import azure_vm, gce_vm, heartbeat, transition
 

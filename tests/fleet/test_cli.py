@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from bridge.fleet.sqlite_store import SqliteStore
-from bridge.model import Status
+from bridge.pipeline.model import Status
 from sinks import _webhook_signing as signing
 from tests.fleet.conftest import SECRET
 from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat, transition

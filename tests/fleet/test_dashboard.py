@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from bridge.fleet.web import render, views
-from bridge.model import Kind, Status
+from bridge.pipeline.model import Kind, Status
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import approval, gce_vm, heartbeat, hook_run, transition
 from tests.fleet.test_api import DB1, FLEET, NOW, minutes

@@ -17,12 +17,12 @@ import pytest
 from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubProducerClient
 
-from bridge.events import parse
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
 from bridge.fleet.store import EventQuery, NoticeFilter
-from bridge.model import Status
-from bridge.validation import ConfigError, validate
+from bridge.infra.validation import ConfigError, validate
+from bridge.pipeline.events import parse
+from bridge.pipeline.model import Status
 from sinks.base import Ok
 from sinks.eventhubs import Config as SinkConfig
 from sinks.eventhubs import create

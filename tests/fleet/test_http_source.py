@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge.events import parse, serialize
 from bridge.fleet.service import FleetService
 from bridge.fleet.store import NoticeFilter
-from bridge.model import Status
-from bridge.validation import validate
+from bridge.infra.validation import validate
+from bridge.pipeline.events import parse, serialize
+from bridge.pipeline.model import Status
 from sinks import _webhook_signing as signing
 from sinks.base import Ok, Reject
 from sinks.webhook import Config as WebhookConfig

@@ -22,7 +22,8 @@ def _loaded(code: str) -> list[str]:
 
 def test_what_run_imports_does_not_load_the_fleet_package() -> None:
     loaded = _loaded(
-        "import bridge.cli, bridge.runner, bridge.routes, bridge.health, bridge.heartbeat\n"
+        "import bridge.cli, bridge.runner, bridge.surface.routes, bridge.surface.health\n"
+        "import bridge.pipeline.heartbeat\n"
         "from bridge.cli import build_parser\n"
         "build_parser()\n"
         "from bridge.config import parse_config\n"

@@ -25,13 +25,13 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import ConfigError
-from bridge.events import serialize
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.service import FleetService, build_store
 from bridge.fleet.sources.base import SourceHealth
 from bridge.fleet.store import EventQuery
-from bridge.validation import validate
+from bridge.infra.validation import validate
+from bridge.pipeline.events import serialize
 from sinks import kafka
 from sinks.base import Ok
 from tests.factories import fleet_events

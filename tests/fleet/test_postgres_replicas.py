@@ -21,7 +21,7 @@ import pytest
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService, build_store
 from bridge.fleet.store import Batch, Refused, StoreError
-from bridge.model import Kind, Status
+from bridge.pipeline.model import Kind, Status
 from tests.fleet.factories import T0, azure_vm, gce_vm, heartbeat, transition
 from tests.support import free_port
 

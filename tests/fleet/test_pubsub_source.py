@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import parse
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
 from bridge.fleet.store import EventQuery, NoticeFilter
-from bridge.model import Status
+from bridge.pipeline.events import parse
+from bridge.pipeline.model import Status
 from sinks import pubsub
 from sinks.base import Ok
 from tests.fleet.factories import T0, azure_vm, gce_vm, heartbeat, transition
@@ -193,7 +193,7 @@ async def test_the_store_coming_back_commits_the_held_batch(
 
 
 def test_a_subscription_must_be_a_full_path() -> None:
-    from bridge.validation import ConfigError
+    from bridge.infra.validation import ConfigError
 
     with pytest.raises(ConfigError, match="subscription"):
         parse_fleet_config({"fleet": {"sources": [{"type": "pubsub", "subscription": "s"}]}})

@@ -14,7 +14,7 @@ import pytest
 
 from bridge.fleet.service import build_store
 from bridge.fleet.store import Batch, EventQuery, NoticeFilter, Refused, Store
-from bridge.model import Kind, Status
+from bridge.pipeline.model import Kind, Status
 from tests.fleet.factories import (
     T0,
     approval,

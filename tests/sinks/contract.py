@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import as_dict
+from bridge.pipeline.events import as_dict
 from sinks.base import Ok, Reject, Retry, Sink, SinkClosedError
 from tests.factories import sample_events
 
@@ -107,7 +107,7 @@ def modules_loaded_by_validating(config: dict[str, Any], *prefixes: str) -> list
     code = (
         "import sys\n"
         "from sinks import registry\n"
-        "from bridge.validation import validate\n"
+        "from bridge.infra.validation import validate\n"
         f"validate(registry.config_model({config['type']!r}), {config!r})\n"
         f"print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))\n"
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from bridge import platform
+from bridge.infra import platform
 from tests.support import free_port
 
 SDK_ROOTS = (

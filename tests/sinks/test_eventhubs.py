@@ -23,10 +23,10 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import ConfigError
-from bridge.dispatch import Dispatcher
-from bridge.events import as_dict, serialize
-from bridge.spool import NewEvent, Spool
-from bridge.validation import validate
+from bridge.infra.validation import validate
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import as_dict, serialize
+from bridge.pipeline.spool import NewEvent, Spool
 from sinks.base import Ok, Reject, Sink
 from sinks.eventhubs import Config, EventHubsSink, create
 from tests.factories import instance, sample_events
@@ -328,7 +328,7 @@ def test_module_does_not_import_the_sdk() -> None:
     code = (
         "import sys, json\n"
         "import sinks.eventhubs as m\n"
-        "from bridge.validation import validate\n"
+        "from bridge.infra.validation import validate\n"
         "validate(m.Config, {'type': 'eventhubs', 'connection_string': 'Endpoint=sb://x/'})\n"
         "print(json.dumps(sorted(n for n in sys.modules if n.startswith('azure'))))\n"
     )

@@ -17,11 +17,11 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import ConfigError
-from bridge.dispatch import Dispatcher
-from bridge.events import as_dict
+from bridge.infra.validation import validate
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import as_dict
+from bridge.pipeline.spool import Spool
 from bridge.simulator import Simulator
-from bridge.spool import Spool
-from bridge.validation import validate
 from sinks import kafka
 from sinks.base import Ok, Reject, Retry, Sink
 from sinks.kafka_binding import STRUCTURED_CONTENT_TYPE, to_structured_json

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import as_dict, parse
+from bridge.pipeline.events import as_dict, parse
 from sinks import kafka
 from sinks.base import Ok
 from sinks.kafka_binding import (

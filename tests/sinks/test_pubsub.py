@@ -20,10 +20,10 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import ConfigError
-from bridge.dispatch import Dispatcher
-from bridge.events import as_dict, parse, serialize
-from bridge.spool import NewEvent, Spool
-from bridge.validation import validate
+from bridge.infra.validation import validate
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import as_dict, parse, serialize
+from bridge.pipeline.spool import NewEvent, Spool
 from sinks import pubsub
 from sinks.base import Ok, Reject, Retry, Sink
 from tests.factories import fleet_events, instance, per_source, sample_events
@@ -94,7 +94,7 @@ def test_importing_the_sink_does_not_import_the_client_library() -> None:
         "import sys\n"
         "from sinks import registry\n"
         "model = registry.config_model('pubsub')\n"
-        "from bridge.validation import validate\n"
+        "from bridge.infra.validation import validate\n"
         "validate(model, {'type': 'pubsub', 'topic': 'projects/my-project/topics/maint'})\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(('google.cloud', 'grpc')))\n"
         "print(loaded)\n"

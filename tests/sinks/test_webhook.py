@@ -36,10 +36,10 @@ from cryptography.x509.oid import NameOID
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from bridge.config import ConfigError, parse_config
-from bridge.dispatch import Dispatcher
-from bridge.events import as_dict, serialize
-from bridge.spool import NewEvent, Spool
-from bridge.validation import validate
+from bridge.infra.validation import validate
+from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.events import as_dict, serialize
+from bridge.pipeline.spool import NewEvent, Spool
 from sinks import webhook
 from sinks._webhook_signing import webhook_id
 from sinks.base import Ok, Reject, Retry, Sink

@@ -1,4 +1,4 @@
-"""The bridge's HTTP/1.1 client (`bridge.http1`) under the webhook sink, against real servers.
+"""The bridge's HTTP/1.1 client (`bridge.infra.http1`) under the webhook sink, against real servers.
 
 The sink-level behaviour (status codes, signing, TLS, the plain proxy) is pinned in
 test_webhook.py; these tests pin what the connection layer adds: tunnels through a proxy,
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from bridge import http1
+from bridge.infra import http1
 from sinks.base import Ok, Retry
 from tests.factories import sample_events
 from tests.sinks.test_webhook import make_sink, self_signed

@@ -16,7 +16,7 @@ transaction, and counts the outcome. The source acknowledges its transport only 
   Hubs and seek on assignment).
 
 A `commit` that raises `StoreError` has written nothing: the source must not ack and should
-retry with backoff (`bridge.backoff`), keeping its transport's redelivery as the safety net.
+retry with backoff (`bridge.infra.backoff`), keeping its transport's redelivery as the safety net.
 `health()` is what `/readyz` shows for the source; it should turn false when the source
 stops consuming (stream broken, consumer not assigned), not on a single transient error.
 """

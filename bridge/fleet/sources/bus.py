@@ -18,10 +18,10 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, retry_if_exception_type
 
 from bridge import contract
-from bridge.backoff import Backoff
 from bridge.fleet.bus_config import _BusSource
 from bridge.fleet.sources.base import Ingestor, classify
 from bridge.fleet.store import IngestResult, Refused, StoreError
+from bridge.infra.backoff import Backoff
 
 log = logging.getLogger("bridge.fleet.bus")
 T = TypeVar("T")
@@ -48,7 +48,7 @@ def decode(raw: bytes, convert: Callable[[], bytes]) -> Decoded:
 
 
 class Committer:
-    """Commits batches for one bus source, retrying (with `bridge.backoff`) while the store
+    """Commits batches for one bus source, retrying (with `bridge.infra.backoff`) while the store
     fails; the caller acknowledges its messages after `commit` returned."""
 
     def __init__(self, name: str, ingestor: Ingestor, config: _BusSource) -> None:

@@ -32,10 +32,10 @@ from cloudevents.core.bindings import amqp
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.events import serialize
 from bridge.fleet.bus_config import EventHubsSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode
+from bridge.pipeline.events import serialize
 from sinks.eventhubs import open_client
 
 log = logging.getLogger("bridge.fleet.eventhubs")

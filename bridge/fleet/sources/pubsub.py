@@ -31,10 +31,10 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type
 
 from bridge import contract
-from bridge.backoff import Backoff
 from bridge.fleet.bus_config import PubsubSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode, next_batch
+from bridge.infra.backoff import Backoff
 
 log = logging.getLogger("bridge.fleet.pubsub")
 
@@ -134,7 +134,7 @@ class PubsubSource:
 
     async def _stream(self) -> None:
         """Keep one streaming pull open; when it ends with an error, open another after a
-        backoff (`bridge.backoff`), for as long as the source runs."""
+        backoff (`bridge.infra.backoff`), for as long as the source runs."""
         from google.cloud import pubsub_v1
 
         loop = asyncio.get_running_loop()

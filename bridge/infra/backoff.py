@@ -1,0 +1,156 @@
+"""The one backoff policy: exponential with jitter, capped, never shorter than Retry-After.
+
+Used by the metadata client (retrying the metadata service) and by the dispatcher (retrying
+a sink), so the two cannot drift apart. How a Retry-After reaches the policy differs: the
+metadata client raises it inside an exception, a sink returns it inside a `Retry` result;
+`retry_after` reads either from tenacity's retry state. Both read the header itself with
+`parse_retry_after`, the one parser of it (seconds or an HTTP date).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection
+from typing import Final, TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_never,
+    wait_exponential_jitter,
+)
+from tenacity.retry import retry_base
+
+from bridge.infra.timeparse import TimeParseError, parse_time
+
+T = TypeVar("T")
+
+#: A server asking us to wait longer than this is not taken literally.
+MAX_RETRY_AFTER: Final = 3600.0
+
+
+class Backoff:
+    def __init__(
+        self,
+        initial: float,
+        maximum: float,
+        retry_after: Callable[[RetryCallState], float | None],
+    ) -> None:
+        self._exponential = wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial)
+        self._retry_after = retry_after
+
+    def __call__(self, state: RetryCallState) -> float:
+        delay = float(self._exponential(state))
+        asked = self._retry_after(state)
+        if asked is not None:
+            delay = max(delay, min(asked, MAX_RETRY_AFTER))
+        return delay
+
+
+def forever(
+    retry: retry_base,
+    initial: float,
+    maximum: float,
+    retry_after: Callable[[RetryCallState], float | None],
+    *,
+    sleep: Callable[[float], Awaitable[None]],
+    before_sleep: Callable[[RetryCallState], Awaitable[None] | None],
+) -> AsyncRetrying:
+    """Retry while `retry` says so, never giving up, waiting by this policy (the metadata
+    client, a sink's deliveries and the dispatcher's spool access all use it)."""
+    return AsyncRetrying(
+        retry=retry,
+        wait=Backoff(initial, maximum, retry_after),
+        stop=stop_never,
+        sleep=sleep,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
+def retry_logger(
+    logger: logging.Logger,
+    what: str,
+    *,
+    level: int = logging.ERROR,
+    quiet: int | None = None,
+    loud: Collection[int] = (1,),
+    every: int = 0,
+) -> Callable[[RetryCallState], None]:
+    """The one retry log line: "<what> (attempt N), retrying in <delay>: <error>".
+
+    Without `quiet` every attempt logs at `level`; with it, only the attempts in `loud` and
+    every `every`-th do, the others at `quiet` (a retry storm does not flood the log, and a
+    long outage still shows now and then).
+    """
+
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        delay = state.next_action.sleep if state.next_action else 0.0
+        attempt = state.attempt_number
+        shown = quiet is None or attempt in loud or (every > 0 and attempt % every == 0)
+        logger.log(
+            level if shown or quiet is None else quiet,
+            "%s (attempt %d), retrying in %s: %s",
+            what,
+            attempt,
+            for_humans(delay),
+            exc,
+        )
+
+    return before_sleep
+
+
+async def retry_until_done(
+    call: Callable[[], Awaitable[T]],
+    *,
+    retry_on: type[Exception] | tuple[type[Exception], ...],
+    initial: float,
+    maximum: float,
+    before_sleep: Callable[[RetryCallState], None],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """`call` until it returns, retried on `retry_on` by this policy: the helper of every
+    loop that must not give up (spooling a notice, recording an action, an approval,
+    detecting the cloud). Cancellation ends it; another exception propagates."""
+    retrying = forever(
+        retry_if_exception_type(retry_on),
+        initial,
+        maximum,
+        lambda _state: None,
+        sleep=sleep,
+        before_sleep=before_sleep,
+    )
+    # Not `await retrying(call)`: tenacity runs a plain function (a lambda returning a
+    # coroutine) without awaiting what it returns.
+    async for attempt in retrying:
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: stop_never")  # pragma: no cover
+
+
+def for_humans(seconds: float) -> str:
+    """A delay as a log line says it: "0.5s", "12s" (never "0s" for a half-second backoff)."""
+    if seconds < 1:
+        return f"{seconds:.2g}s"
+    if seconds < 10:
+        return f"{seconds:.1f}s".replace(".0s", "s")
+    return f"{seconds:.0f}s"
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header (delta-seconds or an HTTP date) as seconds from now; None when
+    absent or unreadable (the policy's own delay then applies)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = parse_time(value)  # an HTTP date; one without a zone is UTC
+    except TimeParseError:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

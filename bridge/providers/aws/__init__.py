@@ -1,0 +1,1 @@
+"""Amazon EC2: its watcher and the IMDS client specifics."""

@@ -1,0 +1,41 @@
+"""Amazon EC2 as a `Provider`: the instance metadata service with IMDSv2 tokens."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from bridge.infra.findings import Finding
+from bridge.providers.base import Provider
+
+if TYPE_CHECKING:
+    from bridge.config import Config, Source
+    from bridge.contract import ProviderName
+    from bridge.pipeline.watchers.base import Watcher
+
+
+class Aws(Provider):
+    name: ClassVar[ProviderName] = "aws"
+
+    def watcher(
+        self, config: Config, checkpoint: dict[str, Any] | None, **client_options: Any
+    ) -> Watcher:
+        from bridge.providers.aws import watcher
+
+        client = watcher.new_client(config.source.aws, **client_options)
+        return watcher.AwsWatcher(client, config.source.aws, checkpoint)
+
+    async def probe(self, source: Source) -> str | None:
+        """A token PUT and the instance identity document (bridge/providers/aws/imds.py)."""
+        from bridge.providers.aws import imds
+
+        return await imds.probe(source.aws.imds_url, source.detect_timeout)
+
+    async def check_metadata(self, config: Config, timeout: float) -> Finding:
+        """The IMDSv2 token PUT, then one read with it (bridge/providers/aws/imds.py)."""
+        from bridge.providers.aws import imds
+
+        verdict, detail, fix = await imds.check(config.source.aws, timeout)
+        return Finding("metadata", verdict, detail, fix)
+
+
+PROVIDER: Final = Aws()

@@ -1,0 +1,1 @@
+"""Azure: its watcher (Scheduled Events) and metadata specifics."""

@@ -1,0 +1,1 @@
+"""Google Compute Engine: its watcher and metadata specifics."""

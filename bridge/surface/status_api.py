@@ -1,0 +1,131 @@
+"""The local status API: what maintenance is in force on this VM, and may it lead or serve?
+
+Served by the bridge's own listener (loopback by default), for programs on the VM and for a
+load balancer's health check:
+
+- `GET /v1/notices`: the notices in force as a JSON array of CloudEvents
+  (`application/cloudevents-batch+json`), the same events the sinks got.
+- `GET /v1/eligible`: 200 when no maintenance is started or scheduled within
+  `status.eligible_horizon` seconds (or `?horizon=SECONDS`), else 503; both with a JSON body
+  saying why. While the bridge is still starting it answers 503 (it cannot vouch yet). A
+  leader-election loop asks it before taking or renewing leadership, a load balancer's
+  health probe uses it to drain the VM before the impact.
+
+A notice blocks eligibility when it has started (a GCE preemption counts as started: the VM
+is going away), when it is scheduled within the horizon, or when it is scheduled with no
+known time (we cannot promise it is far away). A notice scheduled beyond the horizon does
+not block; it is listed under `upcoming` so the caller can see it coming.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from bridge.infra.timeparse import lenient_time
+from bridge.pipeline.events import as_dict
+from bridge.surface.listener import Handler, Request, Response
+
+if TYPE_CHECKING:
+    from bridge.runner import Bridge
+    from bridge.surface.health import HealthMonitor
+
+BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
+
+
+def _time(text: object) -> datetime | None:
+    """A time of an event we wrote ourselves (RFC 3339), None when absent or unreadable."""
+    return lenient_time(text)[0]
+
+
+def _summary(event: dict[str, Any], now: datetime) -> dict[str, Any]:
+    data = event["data"]
+    start = _time(data.get("not_before")) or _time((data.get("window") or {}).get("start"))
+    return {
+        "notice_id": data["notice_id"],
+        "event_id": event["id"],
+        "provider": data["provider"],
+        "kind": data["kind"],
+        "status": data["status"],
+        "not_before": data.get("not_before"),
+        "seconds_until": None if start is None else round((start - now).total_seconds(), 1),
+    }
+
+
+def eligibility(
+    events: Iterable[dict[str, Any]], now: datetime, horizon: float
+) -> tuple[bool, dict[str, Any]]:
+    """Whether this VM is eligible, and the body that says why (see the module docstring)."""
+    blocking: list[dict[str, Any]] = []
+    upcoming: list[dict[str, Any]] = []
+    for event in events:
+        summary = _summary(event, now)
+        until = summary["seconds_until"]
+        if summary["status"] == "started":
+            summary["reason"] = "started"
+        elif until is None:
+            summary["reason"] = "scheduled, time unknown"
+        elif until <= horizon:
+            summary["reason"] = f"scheduled within the horizon ({horizon:g} s)"
+        else:
+            upcoming.append(summary)
+            continue
+        blocking.append(summary)
+    if blocking:
+        first = blocking[0]
+        reason = f"{first['provider']} {first['kind']} {first['reason']} ({first['notice_id']})"
+    elif upcoming:
+        reason = "maintenance scheduled, but beyond the horizon"
+    else:
+        reason = "no maintenance in force"
+    body = {
+        "eligible": not blocking,
+        "reason": reason,
+        "horizon_seconds": horizon,
+        "blocking": blocking,
+        "upcoming": upcoming,
+    }
+    return not blocking, body
+
+
+def _current(bridge: Bridge) -> list[dict[str, Any]]:
+    return sorted((as_dict(e) for e in bridge.in_force.events()), key=lambda e: e["time"])
+
+
+def _not_watching(monitor: HealthMonitor) -> Response:
+    return Response.json(
+        503,
+        {
+            "eligible": False,
+            "reason": f"{monitor.phase}: not watching yet, nothing can be vouched for",
+        },
+    )
+
+
+def build_routes(monitor: HealthMonitor) -> dict[str, Handler]:
+    """`GET /v1/notices`, `GET /v1/eligible` (`?horizon=SECONDS` overrides the configured one)."""
+
+    async def notices(_request: Request) -> Response:
+        if monitor.bridge is None:
+            return _not_watching(monitor)
+        body = json.dumps(_current(monitor.bridge), indent=2).encode() + b"\n"
+        return Response(200, body, BATCH_CONTENT_TYPE)
+
+    async def eligible(request: Request) -> Response:
+        bridge = monitor.bridge
+        if bridge is None:
+            return _not_watching(monitor)
+        horizon = bridge.config.status.eligible_horizon
+        if "horizon" in request.query:
+            try:
+                horizon = float(request.query["horizon"])
+                if not 0 <= horizon < float("inf"):
+                    raise ValueError
+            except ValueError:
+                return Response.json(400, {"error": "horizon must be a number of seconds >= 0"})
+        ok, body = eligibility(_current(bridge), datetime.now(UTC), horizon)
+        return Response.json(200 if ok else 503, body)
+
+    return {"/v1/notices": notices, "/v1/eligible": eligible}

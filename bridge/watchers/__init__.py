@@ -1,5 +1,0 @@
-"""Watchers: one per metadata service, each turning what it observes into `Notice` updates."""
-
-from bridge.watchers.base import Update, Watcher
-
-__all__ = ["Update", "Watcher"]
