@@ -30,9 +30,10 @@ EXIT_CONFIG = 2
 DESCRIPTION = """\
 Watch the cloud's own VM maintenance notices (GCE metadata server, Azure Scheduled Events,
 AWS EC2 instance metadata), turn each change into a CloudEvent of one stable schema, and
-deliver it to the configured sinks (stdout, file, webhook, Pub/Sub, Event Hubs) without losing any.
+deliver it to the configured sinks (stdout, file, webhook, Pub/Sub, Event Hubs, Kafka)
+without losing any. `fleet` consumes those events into one fleet state, API and dashboard.
 
-Try it without a cloud account:   maintenance-bridge demo
+Try it without a cloud account:   maintenance-bridge demo          (the fleet side: demo --fleet)
 Run it on a VM:                    maintenance-bridge run --config /etc/maintenance-bridge.toml
 """
 
