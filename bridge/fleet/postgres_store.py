@@ -36,13 +36,10 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from bridge.fleet import sql
-from bridge.fleet.sqlite_store import Reads, apply
+from bridge.fleet.sqlite_store import ReadQueries, apply
 from bridge.fleet.store import (
     Batch,
-    EventPage,
-    EventQuery,
     IngestResult,
-    NoticeFilter,
     StoreError,
 )
 
@@ -89,7 +86,7 @@ def _text_safe(params: Sequence[Any]) -> list[Any]:
     return [v.replace("\x00", "\ufffd") if isinstance(v, str) else v for v in params]
 
 
-class PostgresStore:
+class PostgresStore(ReadQueries):
     """`bridge.fleet.store.Store` on a PostgreSQL database (see the module docstring)."""
 
     def __init__(self, url: str) -> None:
@@ -172,27 +169,6 @@ class PostgresStore:
             raise AssertionError("unreachable")
 
         return await self._run(self._writer, "write", write)
-
-    async def checkpoints(self, ingest: str) -> dict[str, str]:
-        return await self._read(lambda db: Reads.checkpoints(db, ingest))
-
-    async def notices(self, where: NoticeFilter, *, in_force: bool = True) -> list[dict[str, Any]]:
-        return await self._read(lambda db: Reads.notices(db, where, in_force))
-
-    async def instances(self, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        return await self._read(lambda db: Reads.instances(db, keys))
-
-    async def events(self, query: EventQuery) -> EventPage:
-        return await self._read(lambda db: Reads.events(db, query))
-
-    async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
-        return await self._read(lambda db: Reads.rejected(db, limit))
-
-    async def notice_counts(self) -> list[tuple[str, str | None, str, str, int]]:
-        return await self._read(Reads.notice_counts)
-
-    async def counts(self) -> dict[str, int]:
-        return await self._read(Reads.counts)
 
 
 def _reason(exc: psycopg.Error) -> str:

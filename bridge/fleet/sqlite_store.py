@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -376,7 +376,37 @@ class Reads:
         return {str(part): str(position) for part, position in rows}
 
 
-class SqliteStore:
+class ReadQueries:
+    """The store's read methods, one per `Reads` query, each run through the backend's own
+    `_read` (its reader thread and connection): every SQL backend shares them, since the
+    queries are the same SQL (`?` placeholders; PostgreSQL adapts them)."""
+
+    def _read(self, fn: Callable[[Any], T]) -> Awaitable[T]:
+        raise NotImplementedError
+
+    async def checkpoints(self, ingest: str) -> dict[str, str]:
+        return await self._read(lambda db: Reads.checkpoints(db, ingest))
+
+    async def notices(self, where: NoticeFilter, *, in_force: bool = True) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.notices(db, where, in_force))
+
+    async def instances(self, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.instances(db, keys))
+
+    async def events(self, query: EventQuery) -> EventPage:
+        return await self._read(lambda db: Reads.events(db, query))
+
+    async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.rejected(db, limit))
+
+    async def notice_counts(self) -> list[tuple[str, str | None, str, str, int]]:
+        return await self._read(Reads.notice_counts)
+
+    async def counts(self) -> dict[str, int]:
+        return await self._read(Reads.counts)
+
+
+class SqliteStore(ReadQueries):
     """`bridge.fleet.store.Store` on a SQLite file (see the module docstring)."""
 
     def __init__(self, path: Path) -> None:
@@ -449,24 +479,3 @@ class SqliteStore:
             return result
 
         return await self._run(self._writer, write, write=True)
-
-    async def checkpoints(self, ingest: str) -> dict[str, str]:
-        return await self._read(lambda db: Reads.checkpoints(db, ingest))
-
-    async def notices(self, where: NoticeFilter, *, in_force: bool = True) -> list[dict[str, Any]]:
-        return await self._read(lambda db: Reads.notices(db, where, in_force))
-
-    async def instances(self, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        return await self._read(lambda db: Reads.instances(db, keys))
-
-    async def events(self, query: EventQuery) -> EventPage:
-        return await self._read(lambda db: Reads.events(db, query))
-
-    async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
-        return await self._read(lambda db: Reads.rejected(db, limit))
-
-    async def notice_counts(self) -> list[tuple[str, str | None, str, str, int]]:
-        return await self._read(Reads.notice_counts)
-
-    async def counts(self) -> dict[str, int]:
-        return await self._read(Reads.counts)
