@@ -48,11 +48,13 @@ log = logging.getLogger("sinks.kafka")
 EVENTHUBS_PORT: Final = 9093
 EVENTHUBS_USER: Final = "$ConnectionString"
 EVENTHUBS_OPTIONS: Final[dict[str, str | int | bool]] = {
-    "request.timeout.ms": 60000,
     "metadata.max.age.ms": 180000,
     "connections.max.idle.ms": 180000,
     "socket.keepalive.enable": True,
 }
+#: Event Hubs' recommended producer request timeout; a producer-only property (a consumer
+#: given it logs a configuration warning), so it is set for the sink, not the fleet's source.
+EVENTHUBS_PRODUCER_OPTIONS: Final[dict[str, str | int | bool]] = {"request.timeout.ms": 60000}
 #: Bytes librdkafka counts per message besides key, value and headers (record overhead).
 RECORD_OVERHEAD: Final = 64
 #: librdkafka settings the sink owns: delivery guarantees and secrets have their own keys.
@@ -255,6 +257,8 @@ def client_config(config: Config) -> dict[str, Any]:
         "compression.codec": config.compression,
         "partitioner": "murmur2_random",
     }
+    if config.preset == "eventhubs":
+        settings.update(EVENTHUBS_PRODUCER_OPTIONS)
     settings.update(connection_settings(config))  # ends with the user's `options`
     return settings
 

@@ -170,6 +170,8 @@ def test_the_connection_keys_are_the_sinks_and_offsets_are_never_auto_committed(
     assert settings["enable.auto.commit"] is False
     assert settings["group.id"] == "maintenance-fleet"
     assert "enable.idempotence" not in settings  # the producer's own settings stay out
+    assert "request.timeout.ms" not in settings  # producer-only: a consumer would warn
+    assert settings["metadata.max.age.ms"] == 180000  # Event Hubs' idle-connection rules stay
     assert "SharedAccessKey" not in repr(config)
 
 
