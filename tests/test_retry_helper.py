@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import NoReturn
 
 import pytest
 from tenacity import retry_if_result
@@ -126,6 +127,16 @@ class Supervised:
             raise ValueError("end of script")
 
 
+def _keep_running(
+    run: Callable[[Callable[[], None]], Awaitable[None]], sleep: Callable[[float], Awaitable[None]]
+) -> Coroutine[None, None, NoReturn]:
+    """`keep_running` as the runner uses it: from 1 s to 60 s, tracebacks logged."""
+    before_sleep = retry_logger(log, "worker failed", traceback=True)
+    return keep_running(
+        run, retry_on=OSError, initial=1.0, maximum=60.0, before_sleep=before_sleep, sleep=sleep
+    )
+
+
 async def _supervise(task: Supervised, caplog: pytest.LogCaptureFixture) -> list[float]:
     waits: list[float] = []
 
@@ -134,14 +145,7 @@ async def _supervise(task: Supervised, caplog: pytest.LogCaptureFixture) -> list
 
     caplog.set_level(logging.INFO, logger="tests.retry")
     with pytest.raises(ValueError, match="end of script"):
-        await keep_running(
-            task,
-            retry_on=OSError,
-            initial=1.0,
-            maximum=60.0,
-            before_sleep=retry_logger(log, "worker failed", traceback=True),
-            sleep=sleep,
-        )
+        await _keep_running(task, sleep)
     return waits
 
 
@@ -186,23 +190,14 @@ async def test_keep_running_restarts_a_task_that_returns_at_once(
 async def test_keep_running_ends_when_cancelled() -> None:
     started = asyncio.Event()
 
-    async def forever(progressed: Callable[[], None]) -> None:
+    async def endless(progressed: Callable[[], None]) -> None:
         started.set()
         await asyncio.Event().wait()
 
     async def sleep(delay: float) -> None:
         raise AssertionError("a cancellation is not retried")
 
-    supervisor = asyncio.create_task(
-        keep_running(
-            forever,
-            retry_on=Exception,
-            initial=1.0,
-            maximum=60.0,
-            before_sleep=retry_logger(log, "x"),
-            sleep=sleep,
-        )
-    )
+    supervisor = asyncio.create_task(_keep_running(endless, sleep))
     await started.wait()
     supervisor.cancel()
     with pytest.raises(asyncio.CancelledError):

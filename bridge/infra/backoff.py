@@ -111,6 +111,11 @@ def retry_logger(
     return before_sleep
 
 
+def _no_retry_after(_state: RetryCallState) -> float | None:
+    """A failure of our own asks for no particular wait: the policy's delay applies."""
+    return None
+
+
 async def retry_until_done(
     call: Callable[[], Awaitable[T]],
     *,
@@ -123,13 +128,9 @@ async def retry_until_done(
     """`call` until it returns, retried on `retry_on` by this policy: the helper of every
     loop that must not give up (spooling a notice, recording an action, an approval,
     detecting the cloud). Cancellation ends it; another exception propagates."""
+    retry = retry_if_exception_type(retry_on)
     retrying = forever(
-        retry_if_exception_type(retry_on),
-        initial,
-        maximum,
-        lambda _state: None,
-        sleep=sleep,
-        before_sleep=before_sleep,
+        retry, initial, maximum, _no_retry_after, sleep=sleep, before_sleep=before_sleep
     )
     # Not `await retrying(call)`: tenacity runs a plain function (a lambda returning a
     # coroutine) without awaiting what it returns.
@@ -175,13 +176,9 @@ async def keep_running(
         return isinstance(exc, retry_on) and not progressed
 
     while True:
+        retry = retry_if_exception(worth_retrying)
         retrying = forever(
-            retry_if_exception(worth_retrying),
-            initial,
-            maximum,
-            lambda _state: None,
-            sleep=sleep,
-            before_sleep=before_sleep,
+            retry, initial, maximum, _no_retry_after, sleep=sleep, before_sleep=before_sleep
         )
         try:
             async for tried in retrying:
