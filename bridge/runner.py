@@ -86,14 +86,14 @@ class Observed:
 
     Each component as an exporter (`/metrics`, in this order) and a health source
     (`/healthz` and `/readyz`, in this order), never the bridge itself: the surface asks
-    the components and cannot reach into anything else. `sinks` is also the health source
-    whose checks the surface runs on its own schedule.
+    the components and cannot reach into anything else. `sink_checks` is also one of the
+    health sources: the one whose checks the surface runs on its own schedule.
     """
 
     providers: tuple[str, ...]
     exporters: tuple[Exporter, ...]
     health: tuple[HealthSource, ...]
-    sinks: SinkChecks
+    sink_checks: SinkChecks
 
 
 class _NoApprover:
@@ -162,7 +162,7 @@ class Bridge:
                 self.sink_checks,
             ),
             health=(self.supervision, spool, self.sink_checks, *coordination),
-            sinks=self.sink_checks,
+            sink_checks=self.sink_checks,
         )
 
     def _approver(self) -> Approver:

@@ -14,13 +14,15 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from bridge.infra.observe import Check
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.model import Instance, Notice
 from bridge.pipeline.watchers.base import Watcher
-from bridge.pipeline.watchers.http import RequestStats
+
+if TYPE_CHECKING:
+    from bridge.pipeline.watchers.http import RequestStats
 
 #: How long a watcher that failed stays "not ready" after its last failure (longer than the
 #: longest pause between two restarts, so a crash loop never looks ready in between).

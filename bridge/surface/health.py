@@ -58,9 +58,9 @@ class HealthMonitor:
     async def check_sinks(self) -> None:
         """Run every sink's health check once (concurrently, each with a timeout)."""
         if self.observed is not None:
-            await self.observed.sinks.check(self._timeout)
+            await self.observed.sink_checks.check(self._timeout)
 
     async def run_sink_checks(self) -> None:
         """Forever: check the sinks, then wait `interval` (cancel to stop)."""
         if self.observed is not None:
-            await self.observed.sinks.run(self._interval, self._timeout)
+            await self.observed.sink_checks.run(self._interval, self._timeout)
