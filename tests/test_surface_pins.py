@@ -146,30 +146,28 @@ def _families(text: str) -> list[tuple[str, str, str]]:
 
 
 async def test_metrics_health_and_readiness_keep_their_exact_shape(tmp_path: Path) -> None:
-    async with (
-        Simulator(provider="all") as sim,
-        running_bridge(sim, tmp_path, ("aws", "azure", "gce")) as run,
-    ):
+    async with Simulator(provider="all") as sim:
         sim.faults.set(provider="azure", rate_limit=False)
-        monitor = HealthMonitor(sink_check_interval=0.1)
-        monitor.attach(run.bridge)
-        checks = asyncio.create_task(monitor.run_sink_checks())
-        try:
-            async with serving(ListenerSettings(port=0), monitor) as listener:
-                assert listener is not None
-                async with httpx.AsyncClient(base_url=listener.url) as client:
+        async with running_bridge(sim, tmp_path, ("aws", "azure", "gce")) as run:
+            monitor = HealthMonitor(sink_check_interval=0.1)
+            monitor.attach(run.bridge)
+            checks = asyncio.create_task(monitor.run_sink_checks())
+            try:
+                async with serving(ListenerSettings(port=0), monitor) as listener:
+                    assert listener is not None
+                    async with httpx.AsyncClient(base_url=listener.url) as client:
 
-                    async def ready() -> bool:
-                        return (await client.get("/readyz")).status_code == 200
+                        async def ready() -> bool:
+                            return (await client.get("/readyz")).status_code == 200
 
-                    await eventually(ready)
-                    sim.gce.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-                    await run.wait_for(1)
-                    metrics = (await client.get("/metrics")).text
-                    healthz = (await client.get("/healthz")).json()
-                    readyz = (await client.get("/readyz")).json()
-        finally:
-            checks.cancel()
+                        await eventually(ready)
+                        sim.gce.set("instance/maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
+                        await run.wait_for(1)
+                        metrics = (await client.get("/metrics")).text
+                        healthz = (await client.get("/healthz")).json()
+                        readyz = (await client.get("/readyz")).json()
+            finally:
+                checks.cancel()
 
     assert _families(metrics) == FAMILIES
     for family in text_string_to_metric_families(metrics):
