@@ -11,26 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from cloudevents.core.v1.event import CloudEvent
+from tenacity import RetryCallState
 
 from bridge.actions.engine import Actions
 from bridge.config import Config
 from bridge.contract import ProviderName as ProviderName
-from bridge.infra.backoff import for_humans, retry_logger, retry_until_done
+from bridge.infra.backoff import keep_running, retry_logger, retry_until_done
+from bridge.infra.observe import Exporter, HealthSource, ReadinessLine
 from bridge.pipeline.approver import Approver
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import serialize, to_cloudevent
 from bridge.pipeline.heartbeat import Heartbeats
 from bridge.pipeline.in_force import InForce
 from bridge.pipeline.model import Instance, Notice, Status
+from bridge.pipeline.sink_checks import SinkChecks
 from bridge.pipeline.spool import NewEvent, Spool, SpoolError
+from bridge.pipeline.spool_checks import SpoolChecks
+from bridge.pipeline.supervision import Supervision
 from bridge.pipeline.watchers.base import Update, Watcher
 from bridge.providers import registry as providers
 from sinks import registry
@@ -78,17 +81,19 @@ def describe(notice: Notice) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class WatcherCrash:
-    """How often a watcher has failed since it last committed an update, and the last error."""
+class Observed:
+    """What the operator surface reads of a running bridge, handed to it once.
 
-    count: int
-    error: str
-    at: float
+    Each component as an exporter (`/metrics`, in this order) and a health source
+    (`/healthz` and `/readyz`, in this order), never the bridge itself: the surface asks
+    the components and cannot reach into anything else. `sink_checks` is also one of the
+    health sources: the one whose checks the surface runs on its own schedule.
+    """
 
-    @classmethod
-    def after(cls, previous: WatcherCrash | None, exc: Exception) -> WatcherCrash:
-        count = previous.count + 1 if previous else 1
-        return cls(count, f"{type(exc).__name__}: {exc}"[:300], time.time())
+    providers: tuple[str, ...]
+    exporters: tuple[Exporter, ...]
+    health: tuple[HealthSource, ...]
+    sink_checks: SinkChecks
 
 
 class _NoApprover:
@@ -107,18 +112,15 @@ class Bridge:
     sleep: Sleep = asyncio.sleep
     dispatcher: Dispatcher = field(init=False)
     actions: Actions = field(init=False)
-    watchers: dict[str, Watcher] = field(init=False, default_factory=dict)
-    #: The VM's identity per watcher, once it has identified it (what heartbeats carry).
-    instances: dict[str, Instance] = field(init=False, default_factory=dict)
+    #: The watchers, their identities, notice counts and crashes (see `Supervision`).
+    supervision: Supervision = field(init=False)
+    #: The sinks' health checks and readiness (run by the surface's schedule).
+    sink_checks: SinkChecks = field(init=False)
     #: The notices in force: what `/v1/notices` serves and approvals check.
     in_force: InForce = field(init=False, default_factory=InForce)
-    #: Notices seen since start, by (provider, kind, status): the metrics' counter.
-    notice_counts: Counter[tuple[str, str, str]] = field(init=False, default_factory=Counter)
-    _tasks: dict[str, asyncio.Task[None]] = field(init=False, default_factory=dict)
-    #: Watchers that failed and were restarted, by name (readiness reports a crash loop).
-    watcher_crashes: dict[str, WatcherCrash] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.supervision = Supervision(self.factories)
         delivery = self.config.delivery
         self.dispatcher = Dispatcher(
             self.spool,
@@ -129,13 +131,46 @@ class Bridge:
         self.actions = Actions(
             self.config, self.spool, self._approver().approve, self.in_force.is_scheduled
         )
+        self.sink_checks = SinkChecks(self.sinks, self.dispatcher.stats)
+
+    @property
+    def watchers(self) -> Mapping[str, Watcher]:
+        """The current watcher per provider (tests and the heartbeats read them)."""
+        return self.supervision.watchers
+
+    @property
+    def instances(self) -> Mapping[str, Instance]:
+        """The VM's identity per watcher, once it has identified it."""
+        return self.supervision.instances
+
+    @property
+    def notices_seen(self) -> int:
+        return self.supervision.notices_seen
+
+    def observed(self) -> Observed:
+        """The components as the operator surface reads them (see `Observed`)."""
+        budget = self.actions.budget
+        coordination = () if budget is None else (ReadinessLine("coordination", budget.check),)
+        spool = SpoolChecks(self.spool, self.config.delivery.spool_failure_timeout)
+        return Observed(
+            providers=tuple(self.supervision.names),
+            exporters=(
+                self.supervision,
+                self.dispatcher,
+                self.spool,
+                self.actions,
+                self.sink_checks,
+            ),
+            health=(self.supervision, spool, self.sink_checks, *coordination),
+            sink_checks=self.sink_checks,
+        )
 
     def _approver(self) -> Approver:
         """The approver of the first watched cloud that can approve (Azure); approvals are
         only planned for such a cloud's notices, so the fallback is never called in practice."""
         for name in providers.names():
             if name in self.factories:
-                found = providers.get(name).approver(partial(self.watchers.get, name))
+                found = providers.get(name).approver(partial(self.supervision.watchers.get, name))
                 if found is not None:
                     return found
         return _NoApprover()
@@ -163,44 +198,51 @@ class Bridge:
         return events, plan
 
     async def _watch(self, name: str) -> None:
-        factory = self.factories[name]
-        delay = 1.0
-        while True:
-            watcher = factory(await self._checkpoint_of(name))
-            self.watchers[name] = watcher
-            try:
-                instance = await watcher.identify()
-                self.instances[name] = instance
-                log.info("watching %s instance %s (%s)", name, instance.name, instance.source)
-                async for update in watcher.watch():
-                    events, plan = await self._commit(name, update)
-                    for notice, event in zip(update.notices, events, strict=True):
-                        self.notice_counts[
-                            (notice.provider.value, notice.kind.value, notice.status.value)
-                        ] += 1
-                        self.in_force.remember(name, notice, event)
-                        log.info(
-                            "notice: %s",
-                            describe(notice),
-                            extra={"event_id": event.get_id(), "event_type": event.get_type()},
-                        )
-                    self.actions.planned(plan)
-                    self.actions.observed(events)
-                    delay = 1.0
-                    self.watcher_crashes.pop(name, None)
-            except asyncio.CancelledError:
-                await watcher.aclose()
-                raise
-            except Exception as exc:
-                log.exception(
-                    "%s watcher failed; restarting it from its checkpoint in %s",
-                    name,
-                    for_humans(delay),
-                )
-                self.watcher_crashes[name] = WatcherCrash.after(self.watcher_crashes.get(name), exc)
-                await watcher.aclose()
-                await self.sleep(delay)
-                delay = min(delay * 2, 60.0)
+        """Run the watcher `name`, rebuilt from its last checkpoint after each failure by
+        the one backoff policy (1 s, doubling to 60 s, from 1 s again after a commit); each
+        failure is logged with its traceback and recorded for `/readyz`."""
+        log_failure = retry_logger(
+            log, f"{name} watcher failed; restarting it from its checkpoint", traceback=True
+        )
+
+        def failed(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            if isinstance(exc, Exception):
+                self.supervision.crashed(name, exc)
+            log_failure(state)
+
+        await keep_running(
+            partial(self._watch_once, name),
+            retry_on=Exception,
+            initial=1.0,
+            maximum=60.0,
+            before_sleep=failed,
+            sleep=self.sleep,
+        )
+
+    async def _watch_once(self, name: str, progressed: Callable[[], None]) -> None:
+        """One watcher's life, from its checkpoint until it fails (or is cancelled)."""
+        watcher = self.factories[name](await self._checkpoint_of(name))
+        self.supervision.watchers[name] = watcher
+        try:
+            instance = await watcher.identify()
+            self.supervision.instances[name] = instance
+            log.info("watching %s instance %s (%s)", name, instance.name, instance.source)
+            async for update in watcher.watch():
+                events, plan = await self._commit(name, update)
+                self.supervision.committed(name, update.notices)
+                for notice, event in zip(update.notices, events, strict=True):
+                    self.in_force.remember(name, notice, event)
+                    log.info(
+                        "notice: %s",
+                        describe(notice),
+                        extra={"event_id": event.get_id(), "event_type": event.get_type()},
+                    )
+                self.actions.planned(plan)
+                self.actions.observed(events)
+                progressed()
+        finally:
+            await watcher.aclose()
 
     async def _checkpoint_of(self, name: str) -> dict[str, Any] | None:
         """The watcher's last checkpoint; for Azure with the events approved in any run.
@@ -215,14 +257,6 @@ class Bridge:
             checkpoint["approved"] = sorted(approved)
         return checkpoint
 
-    @property
-    def notices_seen(self) -> int:
-        return sum(self.notice_counts.values())
-
-    def watch_tasks_alive(self) -> dict[str, bool]:
-        """Per watcher: is its task running (it restarts itself after failures)?"""
-        return {name: not task.done() for name, task in self._tasks.items()}
-
     async def _restore(self) -> None:
         """The notices in force when the last run stopped: its watchers will not announce
         them again, yet the status API must know them."""
@@ -235,13 +269,16 @@ class Bridge:
             self.dispatcher.start()
             await self.actions.start()
             self.dispatcher.notify()  # deliver what a previous run left behind
-            self._tasks = {
+            self.supervision.tasks = {
                 name: asyncio.create_task(self._watch(name), name=f"watch:{name}")
                 for name in self.factories
             }
-            tasks = list(self._tasks.values())
+            tasks = list(self.supervision.tasks.values())
             beats = Heartbeats(
-                self.spool, self.instances, self.watchers, self.config.heartbeat.interval
+                self.spool,
+                self.supervision.instances,
+                self.supervision.watchers,
+                self.config.heartbeat.interval,
             )
             beating = asyncio.create_task(beats.run(), name="heartbeat")
             stopper = asyncio.create_task(stop.wait())

@@ -4,11 +4,15 @@ action, an approval, detecting the cloud, the metadata client and the dispatcher
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import NoReturn
 
 import pytest
+from tenacity import retry_if_result
 
-from bridge.infra.backoff import retry_logger, retry_until_done
+from bridge.infra.backoff import forever, keep_running, retry_logger, retry_until_done
 
 log = logging.getLogger("tests.retry")
 
@@ -100,3 +104,134 @@ async def test_a_quiet_logger_speaks_up_on_the_loud_attempts_only(
     ]
     assert loud == ["1", "5", "10"]
     assert len(caplog.records) == 12
+
+
+class Supervised:
+    """A long-lived task for `keep_running`: each run follows the next script entry.
+
+    "fail": fails at once; "progress-fail": reports progress, then fails; "return": returns;
+    "stop": raises an error `keep_running` does not retry (ends the test)."""
+
+    def __init__(self, *script: str) -> None:
+        self.script = list(script)
+        self.runs = 0
+
+    async def __call__(self, progressed: Callable[[], None]) -> None:
+        self.runs += 1
+        step = self.script.pop(0)
+        if step == "progress-fail":
+            progressed()
+        if step in ("fail", "progress-fail"):
+            raise OSError(f"run {self.runs} failed")
+        if step == "stop":
+            raise ValueError("end of script")
+
+
+def _keep_running(
+    run: Callable[[Callable[[], None]], Awaitable[None]], sleep: Callable[[float], Awaitable[None]]
+) -> Coroutine[None, None, NoReturn]:
+    """`keep_running` as the runner uses it: from 1 s to 60 s, tracebacks logged."""
+    before_sleep = retry_logger(log, "worker failed", traceback=True)
+    return keep_running(
+        run, retry_on=OSError, initial=1.0, maximum=60.0, before_sleep=before_sleep, sleep=sleep
+    )
+
+
+async def _supervise(task: Supervised, caplog: pytest.LogCaptureFixture) -> list[float]:
+    waits: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+
+    caplog.set_level(logging.INFO, logger="tests.retry")
+    with pytest.raises(ValueError, match="end of script"):
+        await _keep_running(task, sleep)
+    return waits
+
+
+async def test_keep_running_restarts_a_failing_task_doubling_its_delay(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    task = Supervised(*["fail"] * 8, "stop")
+    waits = await _supervise(task, caplog)
+    assert task.runs == 9
+    assert len(waits) == 8
+    for attempt, wait in enumerate(waits[:5]):  # 1, 2, 4, 8, 16 s plus up to 1 s of jitter
+        assert 2**attempt <= wait <= 2**attempt + 1
+    assert all(wait <= 60.0 for wait in waits)
+    assert waits[-1] == 60.0  # 128 s capped
+    first = caplog.records[0]
+    assert first.getMessage().startswith("worker failed (attempt 1), retrying in ")
+    assert first.getMessage().endswith(": run 1 failed")
+    assert first.exc_info is not None  # the traceback of an unexpected failure
+
+
+async def test_keep_running_starts_the_delay_over_after_progress(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    task = Supervised("fail", "fail", "fail", "progress-fail", "fail", "stop")
+    waits = await _supervise(task, caplog)
+    assert task.runs == 6
+    assert [int(w) for w in waits] == [1, 2, 4, 1, 2]  # jitter adds less than a second
+    attempts = [r.getMessage().split(" (attempt ")[1].split(")")[0] for r in caplog.records]
+    assert attempts == ["1", "2", "3", "1", "2"]
+    assert caplog.records[3].getMessage().endswith(": run 4 failed")
+
+
+async def test_keep_running_restarts_a_task_that_returns_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    task = Supervised("return", "return", "fail", "stop")
+    waits = await _supervise(task, caplog)
+    assert task.runs == 4
+    assert len(waits) == 1
+
+
+async def test_keep_running_ends_when_cancelled() -> None:
+    started = asyncio.Event()
+
+    async def endless(progressed: Callable[[], None]) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    async def sleep(delay: float) -> None:
+        raise AssertionError("a cancellation is not retried")
+
+    supervisor = asyncio.create_task(_keep_running(endless, sleep))
+    await started.wait()
+    supervisor.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await supervisor
+
+
+async def test_the_reason_can_be_a_result_rather_than_an_exception(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The dispatcher retries on a sink's `Retry` answer, a result: its reason is logged."""
+    answers = iter(["busy", "busy", "done"])
+
+    async def sleep(delay: float) -> None:
+        pass
+
+    caplog.set_level(logging.INFO, logger="tests.retry")
+    retrying = forever(
+        retry_if_result(lambda answer: answer != "done"),
+        0.01,
+        0.02,
+        lambda _state: None,
+        sleep=sleep,
+        before_sleep=retry_logger(
+            log,
+            "sink memory: 1 event(s) not delivered",
+            reason=lambda state: f"receiver {state.outcome.result() if state.outcome else '?'}",
+        ),
+    )
+
+    async def attempt() -> str:
+        return next(answers)
+
+    assert await retrying(attempt) == "done"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert lines[0].startswith("sink memory: 1 event(s) not delivered (attempt 1), retrying in ")
+    assert lines[0].endswith(": receiver busy")

@@ -1,10 +1,11 @@
 """The one backoff policy: exponential with jitter, capped, never shorter than Retry-After.
 
-Used by the metadata client (retrying the metadata service) and by the dispatcher (retrying
-a sink), so the two cannot drift apart. How a Retry-After reaches the policy differs: the
-metadata client raises it inside an exception, a sink returns it inside a `Retry` result;
-`retry_after` reads either from tenacity's retry state. Both read the header itself with
-`parse_retry_after`, the one parser of it (seconds or an HTTP date).
+Used by the metadata client (retrying the metadata service), by the dispatcher (retrying
+a sink), by every loop that must not give up (`retry_until_done`) and by the runner's
+watcher supervision (`keep_running`), so they cannot drift apart. How a Retry-After reaches
+the policy differs: the metadata client raises it inside an exception, a sink returns it
+inside a `Retry` result; `retry_after` reads either from tenacity's retry state. Both read
+the header itself with `parse_retry_after`, the one parser of it (seconds or an HTTP date).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
-from typing import Final, TypeVar
+from typing import Final, NoReturn, TypeVar
 
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
+    retry_if_exception,
     retry_if_exception_type,
     stop_never,
     wait_exponential_jitter,
@@ -79,12 +81,16 @@ def retry_logger(
     quiet: int | None = None,
     loud: Collection[int] = (1,),
     every: int = 0,
+    reason: Callable[[RetryCallState], object] | None = None,
+    traceback: bool = False,
 ) -> Callable[[RetryCallState], None]:
     """The one retry log line: "<what> (attempt N), retrying in <delay>: <error>".
 
     Without `quiet` every attempt logs at `level`; with it, only the attempts in `loud` and
     every `every`-th do, the others at `quiet` (a retry storm does not flood the log, and a
-    long outage still shows now and then).
+    long outage still shows now and then). `reason` says what failed when it is not the
+    exception (a sink's `Retry` result); `traceback` adds the exception's traceback (an
+    unexpected failure, such as a watcher's bug).
     """
 
     def before_sleep(state: RetryCallState) -> None:
@@ -98,10 +104,16 @@ def retry_logger(
             what,
             attempt,
             for_humans(delay),
-            exc,
+            exc if reason is None else reason(state),
+            exc_info=exc if traceback else None,
         )
 
     return before_sleep
+
+
+def _no_retry_after(_state: RetryCallState) -> float | None:
+    """A failure of our own asks for no particular wait: the policy's delay applies."""
+    return None
 
 
 async def retry_until_done(
@@ -116,13 +128,9 @@ async def retry_until_done(
     """`call` until it returns, retried on `retry_on` by this policy: the helper of every
     loop that must not give up (spooling a notice, recording an action, an approval,
     detecting the cloud). Cancellation ends it; another exception propagates."""
+    retry = retry_if_exception_type(retry_on)
     retrying = forever(
-        retry_if_exception_type(retry_on),
-        initial,
-        maximum,
-        lambda _state: None,
-        sleep=sleep,
-        before_sleep=before_sleep,
+        retry, initial, maximum, _no_retry_after, sleep=sleep, before_sleep=before_sleep
     )
     # Not `await retrying(call)`: tenacity runs a plain function (a lambda returning a
     # coroutine) without awaiting what it returns.
@@ -130,6 +138,54 @@ async def retry_until_done(
         with attempt:
             return await call()
     raise AssertionError("unreachable: stop_never")  # pragma: no cover
+
+
+async def keep_running(
+    run: Callable[[Callable[[], None]], Awaitable[object]],
+    *,
+    retry_on: type[Exception] | tuple[type[Exception], ...],
+    initial: float,
+    maximum: float,
+    before_sleep: Callable[[RetryCallState], None],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> NoReturn:
+    """Run `run` again and again, forever: the supervisor of a long-lived task (a watcher).
+
+    After a failure (`retry_on`) `run` starts again by this policy's delay, growing with
+    each failure in a row; `run` is handed a function to call when it made progress (a
+    watcher committed an update), and the failure after progress counts as a first failure
+    again, so the delay starts over at `initial`. A `run` that returns starts again at once.
+    Cancellation ends it; another exception propagates.
+    """
+    carried: Exception | None = None  # a failure after progress, to start the count over
+    progressed = False
+
+    def progress() -> None:
+        nonlocal progressed
+        progressed = True
+
+    async def attempt() -> None:
+        nonlocal carried, progressed
+        progressed = False
+        if carried is not None:  # a fresh count's attempt 1 is that failure
+            failure, carried = carried, None
+            raise failure
+        await run(progress)
+
+    def worth_retrying(exc: BaseException) -> bool:
+        return isinstance(exc, retry_on) and not progressed
+
+    while True:
+        retry = retry_if_exception(worth_retrying)
+        retrying = forever(
+            retry, initial, maximum, _no_retry_after, sleep=sleep, before_sleep=before_sleep
+        )
+        try:
+            async for tried in retrying:
+                with tried:
+                    await attempt()
+        except retry_on as exc:  # not retried: it failed after progress
+            carried = exc
 
 
 def for_humans(seconds: float) -> str:

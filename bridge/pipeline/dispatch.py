@@ -29,7 +29,7 @@ from typing import Final, TypeVar
 
 from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
 
-from bridge.infra.backoff import for_humans, forever, retry_logger
+from bridge.infra.backoff import forever, retry_logger
 from bridge.infra.encoding import parse
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.spool import Spool, Spooled, SpoolError
@@ -198,27 +198,26 @@ class Dispatcher:
 
         stats = self.stats[sink.name]
 
-        async def before_sleep(state: RetryCallState) -> None:
+        def reason_of(state: RetryCallState) -> str:
             result = state.outcome.result() if state.outcome else None
-            reason = result.reason if isinstance(result, Retry) else "unknown"
+            return result.reason if isinstance(result, Retry) else "unknown"
+
+        log_retry = retry_logger(
+            log,
+            f"sink {sink.name}: {len(batch)} event(s) not delivered",
+            level=logging.WARNING,
+            quiet=logging.INFO,
+            loud=(1, 10),
+            every=100,
+            reason=reason_of,
+        )
+
+        async def before_sleep(state: RetryCallState) -> None:
+            reason = reason_of(state)
             stats.retried += 1
             stats.last_error = reason
             stats.failing_since = stats.failing_since or time.time()
-            delay = state.next_action.sleep if state.next_action else 0.0
-            level = (
-                logging.WARNING
-                if state.attempt_number in (1, 10) or state.attempt_number % 100 == 0
-                else logging.INFO
-            )
-            log.log(
-                level,
-                "sink %s: %s (attempt %d, %d event(s)); retrying in %s",
-                sink.name,
-                reason,
-                state.attempt_number,
-                len(batch),
-                for_humans(delay),
-            )
+            log_retry(state)
             with contextlib.suppress(SpoolError):
                 await self._spool.record_attempt(sink.name, [i.seq for i in batch], reason)
 

@@ -224,7 +224,7 @@ class Doctor:
                 await sink.close(self.timeout)
 
     async def _sink(self, sink: Sink, send_test_event: bool) -> None:
-        from bridge.surface.health import sink_health
+        from bridge.pipeline.sink_checks import sink_health
 
         health = await sink_health(sink, self.timeout)
         self.note(f"sink {sink.name}", "ok" if health.ok else "fail", health.detail)

@@ -1,8 +1,10 @@
 """What `/metrics` exposes: every figure read from where the bridge already keeps it.
 
-Each component renders its own figures (`Dispatcher.export`, `Spool.export`,
-`Actions.export`, `Budget.export`); this module adds the process, the notices and the
-watchers' metadata figures and puts them in one exposition, in a fixed order.
+Each component renders its own figures (`Supervision.export`: the notices and the watchers'
+metadata requests; `Dispatcher.export`, `Spool.export`, `Actions.export` with
+`Budget.export`, `SinkChecks.export`), handed over as `bridge.runner.Observed`'s exporters in
+a fixed order; this module adds the version and the process figures and puts them in one
+exposition. It never reaches through the bridge.
 
 Names follow Prometheus conventions (`_total` counters, base units, one prefix). Counters
 are per process: a restart resets them, which Prometheus' `rate()` and `increase()` handle.
@@ -53,8 +55,8 @@ def _process(out: Exposition) -> None:
 async def render(monitor: HealthMonitor) -> str:
     """The text exposition of the bridge's state right now."""
     out = Exposition()
-    bridge = monitor.bridge
-    providers = sorted(bridge.factories) if bridge else []
+    observed = monitor.observed
+    providers = observed.providers if observed else ()
     out.add(
         PREFIX + "info",
         "gauge",
@@ -63,74 +65,10 @@ async def render(monitor: HealthMonitor) -> str:
         or [({"version": __version__, "provider": "", "phase": monitor.phase}, 1)],
     )
     _process(out)
-    if bridge is None:
+    if observed is None:
         return out.text()
-
-    out.add(
-        PREFIX + "notices_total",
-        "counter",
-        "Notices seen (each is one CloudEvent), by provider, kind and status.",
-        [
-            ({"provider": p, "kind": k, "status": s}, n)
-            for (p, k, s), n in sorted(bridge.notice_counts.items())
-        ],
-    )
-
-    watchers = {name: bridge.watchers[name] for name in providers if name in bridge.watchers}
-    out.add(
-        PREFIX + "metadata_requests_total",
-        "counter",
-        "Requests made to the metadata service, answered or not.",
-        [({"provider": name}, w.stats.requests) for name, w in watchers.items()],
-    )
-    out.add(
-        PREFIX + "metadata_errors_total",
-        "counter",
-        "Failed metadata requests by cause: an HTTP status, timeout, connection, redirect, "
-        "missing-vendor-header or malformed.",
-        [
-            ({"provider": name, "cause": cause}, count)
-            for name, w in watchers.items()
-            for cause, count in sorted(w.stats.errors.items())
-        ],
-    )
-    out.add(
-        PREFIX + "metadata_skipped_total",
-        "counter",
-        "Events or fields of metadata documents that could not be read and were left out.",
-        [({"provider": name}, w.stats.skipped) for name, w in watchers.items()],
-    )
-    out.add(
-        PREFIX + "metadata_up",
-        "gauge",
-        "1 when the last metadata request succeeded.",
-        [({"provider": name}, 1 if w.healthy else 0) for name, w in watchers.items()],
-    )
-    out.add(
-        PREFIX + "metadata_last_success_timestamp_seconds",
-        "gauge",
-        "When the metadata service last answered usefully (Unix time).",
-        [
-            ({"provider": name}, w.stats.last_success)
-            for name, w in watchers.items()
-            if w.stats.last_success is not None
-        ],
-    )
-    out.add_histogram(
-        PREFIX + "metadata_request_duration_seconds",
-        "Duration of metadata requests, long polls included (GCE waits up to its timeout).",
-        [({"provider": name}, w.stats.durations) for name, w in watchers.items()],
-    )
-
-    sink_names = [sink.name for sink in bridge.sinks]
-    bridge.dispatcher.export(out)
-    await bridge.spool.export(out)
-    bridge.actions.export(out)
-    readiness = {check.name: check.ok for check in monitor.readiness()}
-    out.add(
-        PREFIX + "sink_up",
-        "gauge",
-        "1 when the sink's last health check passed and its deliveries are not failing.",
-        [({"sink": name}, 1 if readiness.get(f"sink:{name}", False) else 0) for name in sink_names],
-    )
+    for exporter in observed.exporters:
+        pending = exporter.export(out)
+        if pending is not None:  # the spool reads SQLite
+            await pending
     return out.text()
