@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from bridge.contract import from_cloudevent
 from bridge.surface.status_api import eligibility
 
 RANK: Final = {"scheduled": 0, "started": 1, "completed": 2, "cancelled": 2}
@@ -66,7 +67,8 @@ def eligible(
             answers.append({"instance": candidate, "eligible": False, "reason": "unknown instance"})
             continue
         state, why = instance_state(instance, now)
-        ok, body = eligibility(notices.get(instance["source"], ()), moment, horizon)
+        events = [from_cloudevent(event) for event in notices.get(instance["source"], ())]
+        ok, body = eligibility(events, moment, horizon)
         if state == "silent":
             ok, body["reason"] = False, f"silent: {why}"
         answers.append(
