@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
 
 
-def _summary(event: contract.Event, now: datetime) -> tuple[dict[str, object], float | None]:
+def _summary(
+    event: contract.Event, data: contract.MaintenanceData, now: datetime
+) -> tuple[dict[str, object], float | None]:
     """What the body says of one notice, and the seconds until it starts (None: unknown)."""
-    data = maintenance(event)
     start = data.not_before or (data.window.start if data.window is not None else None)
     until = None if start is None else round((start - now).total_seconds(), 1)
     summary: dict[str, object] = {
@@ -60,8 +61,9 @@ def eligibility(
     upcoming: list[dict[str, object]] = []
     first = ""
     for event in events:
-        summary, until = _summary(event, now)
-        if summary["status"] == "started":
+        data = maintenance(event)
+        summary, until = _summary(event, data, now)
+        if data.status == "started":
             summary["reason"] = reason = "started"
         elif until is None:
             summary["reason"] = reason = "scheduled, time unknown"
@@ -71,7 +73,6 @@ def eligibility(
             upcoming.append(summary)
             continue
         if not blocking:
-            data = maintenance(event)
             first = f"{data.provider} {data.kind} {reason} ({data.notice_id})"
         blocking.append(summary)
     if blocking:
