@@ -138,3 +138,27 @@ def test_the_notices_in_force_come_back_typed_from_the_spool_and_skip_what_is_un
     assert in_force.is_scheduled(EVENTS[1].source, maintenance(EVENTS[1]).notice_id)
     assert not in_force.is_scheduled(EVENTS[2].source, maintenance(EVENTS[2]).notice_id)
     assert "broken of azure in force is unreadable" in caplog.text
+
+
+async def test_a_planned_action_that_does_not_read_back_is_logged_not_a_crash_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def approve(_notice_id: str) -> None:
+        raise AssertionError("nothing is approved here")
+
+    spool = Spool(tmp_path, [])
+    await spool.open()
+    try:
+        good = Actions(CONFIG, spool, approve, lambda _source, _id: False)
+        plan = {
+            key: detail for key, detail in good.plan(EVENTS).items() if key.startswith("approve")
+        }
+        broken = {"hook\tsomewhere\tn1\tscheduled\tdrain": '{"action": "hook", "event": {}}'}
+        await spool.commit([], plan=plan | broken, states=dict.fromkeys(plan, "held"))
+        actions = Actions(CONFIG, spool, approve, lambda _source, _id: False)
+        await actions.start()  # does not raise: the broken row is logged and left planned
+        await actions.stop(1.0)
+        assert "planned action hook somewhere n1 scheduled drain is unreadable" in caplog.text
+        assert await spool.action_state(next(iter(broken))) == "planned"
+    finally:
+        await spool.close()

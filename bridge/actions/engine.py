@@ -27,6 +27,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -82,7 +83,8 @@ class _Stored(msgspec.Struct, frozen=True, kw_only=True):
     budget: bool = False  # the action takes a slot of the maintenance budget
 
 
-class Planned(msgspec.Struct, frozen=True, kw_only=True):
+@dataclass(frozen=True, slots=True)
+class Planned:
     """A planned action, read back from the spool: its maintenance event decoded once."""
 
     action: Literal["hook", "approve", "approve-after-hooks"]
@@ -103,6 +105,19 @@ class Planned(msgspec.Struct, frozen=True, kw_only=True):
             hooks=stored.hooks,
             budget=stored.budget,
         )
+
+
+def _readable(rows: Sequence[Action]) -> list[tuple[Action, Planned]]:
+    """The rows whose detail reads back. One that does not (it cannot: this code wrote it) is
+    logged and left as it is, rather than stop every start-up of the bridge."""
+    found = []
+    for row in rows:
+        try:
+            found.append((row, Planned.decode(row.detail)))
+        except (contract.ContractError, msgspec.DecodeError) as exc:
+            key = row.key.replace("\t", " ")
+            log.error("planned action %s is unreadable, left as it is: %s", key, exc)
+    return found
 
 
 class Actions:
@@ -228,11 +243,12 @@ class Actions:
         rows = await self._spool.actions()
         self._known = {row.key for row in rows}
         await self._report_interrupted()
+        readable = _readable(rows)
         if self.budget is not None:
-            await self._resume_budget(rows)
-        for row in rows:
+            await self._resume_budget(readable)
+        for row, detail in readable:
             if row.state in ("planned", "posting"):
-                self._schedule(row.key, Planned.decode(row.detail), resumed=row.state == "posting")
+                self._schedule(row.key, detail, resumed=row.state == "posting")
 
     async def stop(self, timeout: float) -> None:
         """Let running hooks finish within `timeout`; what has not started stays planned.
@@ -375,8 +391,7 @@ class Actions:
         self.hook_runs[(name, outcome.outcome)] += 1
 
     async def _report_interrupted(self) -> None:
-        for row in await self._spool.actions(["running"]):
-            detail = Planned.decode(row.detail)
+        for row, detail in _readable(await self._spool.actions(["running"])):
             name, event = detail.hook, detail.event
             error = "the bridge stopped while it ran (it may not have started); not re-run"
             log.warning("hook %s for %s was interrupted: %s", name, event.id, error)
@@ -486,7 +501,7 @@ class Actions:
             wanted=wanted,
         )
 
-    async def _resume_budget(self, rows: Sequence[Action]) -> None:
+    async def _resume_budget(self, rows: Sequence[tuple[Action, Planned]]) -> None:
         """Take again the slots of notices still in force whose disruptive action had
         started before the restart (the maintenance may be under way), and start the
         engine probe."""
@@ -497,8 +512,7 @@ class Actions:
         for key, body in (await self._spool.in_force()).items():
             in_force.add("\t".join((contract.from_cloudevent(body).source, key.split("\t", 1)[1])))
         resumed: set[str] = set()
-        for row in rows:
-            detail = Planned.decode(row.detail)
+        for row, detail in rows:
             event = detail.event
             chain = _chain(event)
             ran = row.state not in ("planned", "skipped", "held", "withdrawn", "rejected")
