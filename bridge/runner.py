@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from cloudevents.core.v1.event import CloudEvent
 from tenacity import RetryCallState
 
+from bridge import contract
 from bridge.actions.engine import Actions
 from bridge.config import Config
 from bridge.contract import ProviderName as ProviderName
@@ -94,6 +94,9 @@ class Observed:
     exporters: tuple[Exporter, ...]
     health: tuple[HealthSource, ...]
     sink_checks: SinkChecks
+    #: What the status API reads: the notices in force and `[status] eligible_horizon`.
+    in_force: InForce
+    eligible_horizon: float
 
 
 class _NoApprover:
@@ -163,6 +166,8 @@ class Bridge:
             ),
             health=(self.supervision, spool, self.sink_checks, *coordination),
             sink_checks=self.sink_checks,
+            in_force=self.in_force,
+            eligible_horizon=self.config.status.eligible_horizon,
         )
 
     def _approver(self) -> Approver:
@@ -175,12 +180,16 @@ class Bridge:
                     return found
         return _NoApprover()
 
-    async def _commit(self, name: str, update: Update) -> tuple[list[CloudEvent], dict[str, str]]:
+    async def _commit(
+        self, name: str, update: Update
+    ) -> tuple[list[contract.Event], dict[str, str]]:
         """Spool the update's events, the watcher's checkpoint, the actions they call for and
-        the notices in force, all in one transaction."""
+        the notices in force, all in one transaction; the events come back typed (decoded
+        once, from the bytes spooled, for the actions and the notices in force)."""
         events = [to_cloudevent(notice) for notice in update.notices]
         rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
-        plan = self.actions.plan(events)
+        typed = [contract.from_cloudevent(row.body) for row in rows]
+        plan = self.actions.plan(typed)
         in_force: dict[str, bytes | None] = {}
         for notice, row in zip(update.notices, rows, strict=True):
             ended = notice.status in (Status.COMPLETED, Status.CANCELLED)
@@ -195,7 +204,7 @@ class Bridge:
             before_sleep=retry_logger(log, f"cannot spool {len(rows)} notice(s)"),
             sleep=self.sleep,
         )
-        return events, plan
+        return typed, plan
 
     async def _watch(self, name: str) -> None:
         """Run the watcher `name`, rebuilt from its last checkpoint after each failure by
@@ -232,11 +241,11 @@ class Bridge:
                 events, plan = await self._commit(name, update)
                 self.supervision.committed(name, update.notices)
                 for notice, event in zip(update.notices, events, strict=True):
-                    self.in_force.remember(name, notice, event)
+                    self.in_force.remember(name, event)
                     log.info(
                         "notice: %s",
                         describe(notice),
-                        extra={"event_id": event.get_id(), "event_type": event.get_type()},
+                        extra={"event_id": event.id, "event_type": event.type},
                     )
                 self.actions.planned(plan)
                 self.actions.observed(events)

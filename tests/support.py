@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import os
 import socket
 import sys
@@ -22,8 +23,10 @@ import jsonschema
 import psutil
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge import contract
 from bridge.compose import compose
 from bridge.config import Config, parse_config
+from bridge.pipeline import typed_events
 from bridge.pipeline.events import EVENT_TYPES, as_dict, schema
 from bridge.runner import Bridge, ProviderName
 from bridge.simulator import Simulator, SimulatorThread
@@ -38,9 +41,12 @@ _VALIDATOR = jsonschema.Draft202012Validator(
 )
 
 
-def assert_valid(event: CloudEvent | dict[str, Any]) -> dict[str, Any]:
+def assert_valid(event: CloudEvent | contract.Event | dict[str, Any]) -> dict[str, Any]:
     """Validate one event against schema v1; return it as the JSON object consumers see."""
-    data = as_dict(event) if isinstance(event, CloudEvent) else event
+    if isinstance(event, contract.Event):
+        data: dict[str, Any] = json.loads(typed_events.encode(event))
+    else:
+        data = as_dict(event) if isinstance(event, CloudEvent) else event
     _VALIDATOR.validate(data)
     return data
 

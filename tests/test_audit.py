@@ -8,7 +8,8 @@ import jsonschema
 import pytest
 
 from bridge.actions import audit
-from bridge.pipeline.events import as_dict, to_cloudevent
+from bridge.contract import from_cloudevent
+from bridge.pipeline.events import serialize, to_cloudevent
 from tests.factories import GCE_VM, sample_notices
 from tests.support import assert_valid
 
@@ -16,10 +17,12 @@ AT = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def _trigger() -> audit.Trigger:
-    return audit.Trigger.of(as_dict(to_cloudevent(sample_notices(1)[0])))
+    return audit.Trigger.of(from_cloudevent(serialize(to_cloudevent(sample_notices(1)[0]))))
 
 
-def _run(outcome: str = "succeeded", tail: str = "drained\n") -> audit.HookOutcome:
+def _run(
+    outcome: audit.HookOutcomeName = "succeeded", tail: str = "drained\n"
+) -> audit.HookOutcome:
     return audit.HookOutcome("drain", outcome, 0 if outcome == "succeeded" else None, 1.5, tail)
 
 
@@ -40,14 +43,14 @@ def test_hook_completed_id_is_stable_across_retries_and_distinct_per_hook() -> N
     first = audit.hook_completed(trigger, _run(), AT)
     again = audit.hook_completed(trigger, _run(), AT + timedelta(seconds=5))
     other = audit.hook_completed(trigger, audit.HookOutcome("checkpoint", "failed", 1, 0, ""), AT)
-    assert first.get_id() == again.get_id()
-    assert other.get_id() != first.get_id()
-    assert first.get_id() != trigger.event_id
+    assert first.id == again.id
+    assert other.id != first.id
+    assert first.id != trigger.event_id
 
 
 def test_output_tail_is_capped_to_the_last_4_kib() -> None:
     event = audit.hook_completed(_trigger(), _run(tail="x" * 10_000 + "END"), AT)
-    tail = as_dict(event)["data"]["output_tail"]
+    tail = assert_valid(event)["data"]["output_tail"]
     assert len(tail.encode()) == audit.OUTPUT_TAIL_BYTES
     assert tail.endswith("END")
 
@@ -67,7 +70,7 @@ def test_approved_is_valid_and_one_per_notice() -> None:
     assert event["subject"] == trigger.notice_id
     assert event["data"]["approved_by"] == "sim-vm-1"
     later = audit.approved(trigger, approved_by="sim-vm-1", rule="x", leader="self", at=AT)
-    assert later.get_id() == event["id"]
+    assert later.id == event["id"]
 
 
 def test_test_event_is_valid_and_new_each_time() -> None:

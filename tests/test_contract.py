@@ -119,12 +119,14 @@ def _written_events() -> list[dict[str, Any]]:
         can_reschedule=True,
     )
     maintenance = [as_dict(e) for e in sample_events(2)] + [as_dict(to_cloudevent(scheduled))]
-    trigger = audit.Trigger.of(maintenance[0])
+    trigger = audit.Trigger.of(from_cloudevent(maintenance[0]))
     run = audit.HookOutcome("drain", "timed-out", None, 1.23456, "out", "killed")
     return [
         *maintenance,
-        as_dict(audit.hook_completed(trigger, run, AT)),
-        as_dict(audit.approved(trigger, approved_by="vm", rule="preset", leader="self", at=AT)),
+        assert_valid(audit.hook_completed(trigger, run, AT)),
+        assert_valid(
+            audit.approved(trigger, approved_by="vm", rule="preset", leader="self", at=AT)
+        ),
         as_dict(audit.test_event(GCE_VM, "hello", AT)),
     ]
 

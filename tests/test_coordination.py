@@ -19,6 +19,7 @@ import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bridge import contract
 from bridge.actions.audit import APPROVED, BUDGET_RELEASED, HOOK_COMPLETED
 from bridge.actions.coordination.budget import Budget, build, group_of
 from bridge.actions.coordination.settings import Coordination
@@ -154,20 +155,27 @@ async def test_five_vms_with_budget_one_never_hold_two_slots_at_once(
     assert waited >= 3  # at least the last three had to wait for a slot
 
 
+def _instance(**fields: str | None) -> contract.InstanceData:
+    """An event's `data.instance`: unset fields are null, as a watcher writes them."""
+    unset = dict.fromkeys(("zone", "location", "project", "subscription"), None)
+    base = {"id": "1", "resource_id": "r", "resource_group": None, "scale_set": None, **unset}
+    return msgspec.convert({**base, **fields}, contract.InstanceData)
+
+
 def test_the_group_comes_from_the_vm_identity() -> None:
     settings = validate(Coordination, {"endpoints": ["http://etcd:2379"]})
-    instance = {
-        "name": "vm-1",
-        "subscription": "sub",
-        "resource_group": "rg",
-        "scale_set": "web",
-        "zone": "2",
-        "location": "westeurope",
-    }
+    instance = _instance(
+        name="vm-1",
+        subscription="sub",
+        resource_group="rg",
+        scale_set="web",
+        zone="2",
+        location="westeurope",
+    )
     assert group_of(settings, instance) == "scale-set:sub/rg/web"
     zone = validate(Coordination, {"endpoints": ["http://etcd:2379"], "group": "zone"})
     assert group_of(zone, instance) == "zone:2"
-    assert group_of(zone, {**instance, "zone": None}) == "zone:westeurope"
+    assert group_of(zone, msgspec.structs.replace(instance, zone=None)) == "zone:westeurope"
     literal = validate(Coordination, {"endpoints": ["http://etcd:2379"], "group": "db"})
     assert group_of(literal, instance) == "db"
 
@@ -525,7 +533,7 @@ async def test_with_etcd_authentication_the_bridge_logs_in_and_a_wrong_password_
     etcd.enable_auth("bridge", "pw-of-bridge", PREFIX)
     right = validate(Coordination, coordination(etcd, username="bridge", password="pw-of-bridge"))
     budget = build(right)
-    instance = {"name": "vm-0"}
+    instance = _instance(name="vm-0")
     try:
         grant = await budget.take("n1", instance, action="test", deadline=None, wanted=lambda: True)
         assert grant.outcome == "acquired"
@@ -554,7 +562,7 @@ async def test_over_tls_with_a_client_certificate(etcd: EtcdServer, tmp_path: Pa
     etcd.stop()
     etcd.with_tls(server, client)
     etcd.start()
-    instance = {"name": "vm-0"}
+    instance = _instance(name="vm-0")
     settings = coordination(etcd, ca_file=str(server[0]), on_unavailable="proceed")
     with_cert = validate(
         Coordination, {**settings, "cert_file": str(client[0]), "key_file": str(client[1])}

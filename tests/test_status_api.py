@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bridge import contract
 from bridge.config import Listener as ListenerSettings
+from bridge.contract import from_cloudevent
+from bridge.pipeline.events import serialize, to_cloudevent
+from bridge.pipeline.model import Kind, Notice, Status
+from bridge.pipeline.typed_events import maintenance
 from bridge.runner import Bridge, ProviderName
 from bridge.simulator import Simulator
 from bridge.surface.health import HealthMonitor
 from bridge.surface.routes import serving
 from bridge.surface.status_api import eligibility
+from tests.factories import GCE_VM
 from tests.support import CheckedSink, eventually, running_bridge
 
 AZURE: tuple[ProviderName, ...] = ("azure",)
@@ -118,25 +125,19 @@ async def test_a_restart_remembers_the_notices_in_force(gce_sim: Simulator, tmp_
 
 def test_scheduled_with_no_known_time_blocks() -> None:
     now = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
-    event: dict[str, Any] = {
-        "id": "e1",
-        "data": {
-            "notice_id": "n1",
-            "provider": "gce",
-            "kind": "terminate",
-            "status": "scheduled",
-            "not_before": None,
-            "window": None,
-        },
-    }
+    notice = Notice(GCE_VM, Kind.TERMINATE, Status.SCHEDULED, "n1", observed_at=now)
+    event = from_cloudevent(serialize(to_cloudevent(notice)))
     ok, body = eligibility([event], now, 3600)
     assert not ok
-    assert body["blocking"][0]["reason"] == "scheduled, time unknown"
-    soon = (now + timedelta(seconds=3599)).isoformat().replace("+00:00", "Z")
-    event["data"]["not_before"] = soon
-    assert not eligibility([event], now, 3600)[0]
-    event["data"]["not_before"] = (now + timedelta(hours=2)).isoformat()
-    assert eligibility([event], now, 3600)[0]
+    assert body["blocking"][0]["reason"] == "scheduled, time unknown"  # type: ignore[index]
+
+    def starting_at(not_before: datetime) -> contract.Event:
+        typed = from_cloudevent(serialize(to_cloudevent(replace(notice, not_before=not_before))))
+        assert maintenance(typed).not_before == not_before
+        return typed
+
+    assert not eligibility([starting_at(now + timedelta(seconds=3599))], now, 3600)[0]
+    assert eligibility([starting_at(now + timedelta(hours=2))], now, 3600)[0]
 
 
 async def test_the_horizon_can_be_asked_per_request(azure_sim: Simulator, tmp_path: Path) -> None:

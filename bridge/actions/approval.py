@@ -18,9 +18,9 @@ for *every* VM in the event's `Resources`. So two questions decide:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from bridge.config import Approval, ApprovalAction, ApprovalRule
 
@@ -48,12 +48,12 @@ def rules(config: Approval) -> list[tuple[str, ApprovalRule]]:
     return named
 
 
-def _duration(raw: dict[str, Any]) -> int | None:
+def _duration(raw: Mapping[str, object]) -> int | None:
     value = raw.get("DurationInSeconds")
     return value if isinstance(value, int) and value >= 0 else None
 
 
-def rule_matches(rule: ApprovalRule, raw: dict[str, Any]) -> bool:
+def rule_matches(rule: ApprovalRule, raw: Mapping[str, object]) -> bool:
     """Whether `rule` applies to an Azure event object; a duration range never matches an
     unknown duration (-1 or missing)."""
     if rule.event_types and raw.get("EventType") not in rule.event_types:
@@ -70,7 +70,7 @@ def rule_matches(rule: ApprovalRule, raw: dict[str, Any]) -> bool:
     )
 
 
-def decide(config: Approval, raw: dict[str, Any]) -> Decision | None:
+def decide(config: Approval, raw: Mapping[str, object]) -> Decision | None:
     """The first matching rule's decision, or None (never approve)."""
     for name, rule in rules(config):
         if rule_matches(rule, raw):

@@ -6,6 +6,12 @@ the VM's `source` with its maintenance events, carry the notice id as `subject` 
 consumer can join an approval to the notice it approved) and have deterministic ids, so a
 commit retried after a failure never makes a second event. They go through the spool like
 the notices: durably, at least once, to every sink.
+
+They are built as typed values of the contract (`contract.ApprovedData`,
+`contract.HookCompletedData`, `contract.BudgetReleasedData`, with `contract.BudgetData` and
+`contract.HeldSlotData` from the budget), so they match schema v1 by construction; the spool
+gets their bytes from `bridge.pipeline.typed_events.encode`, which writes them exactly as they
+always were (tests/test_typed_bytes.py).
 """
 
 from __future__ import annotations
@@ -13,17 +19,23 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final, Literal, TypedDict
 
+import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.pipeline.events import CONTENT_TYPE, SCHEMA_URI, rfc3339
+from bridge import contract
+from bridge.infra.encoding import parse
 from bridge.pipeline.model import Instance
+from bridge.pipeline.typed_events import encode, maintenance
 
-HOOK_COMPLETED: Final = "io.maintenancebridge.hook.completed"
-APPROVED: Final = "io.maintenancebridge.maintenance.approved"
-TEST: Final = "io.maintenancebridge.test"
-BUDGET_RELEASED: Final = "io.maintenancebridge.budget.released"
+HOOK_COMPLETED: Final = contract.HOOK_COMPLETED
+APPROVED: Final = contract.APPROVED
+TEST: Final = contract.TEST
+BUDGET_RELEASED: Final = contract.BUDGET_RELEASED
+HookOutcomeName = Literal["succeeded", "failed", "timed-out", "skipped", "interrupted"]
+#: Who approves for a group (`approval.leader`, when it is not `none`).
+Leader = Literal["sorted-first", "self"]
 #: The output tail a hook.completed event carries, at most (the log gets more).
 OUTPUT_TAIL_BYTES: Final = 4096
 
@@ -35,37 +47,54 @@ def _audit_id(*parts: str) -> str:
     return str(uuid.uuid5(_AUDIT_NAMESPACE, "\n".join(parts)))
 
 
-@dataclass(frozen=True, slots=True)
-class Trigger:
-    """The maintenance event an action answered: what an audit event points back to."""
-
-    source: str
-    provider: str
-    instance: dict[str, Any]
+class _TriggerFields(TypedDict):
+    provider: contract.ProviderName
+    instance: contract.InstanceData
     notice_id: str
     event_id: str
     event_type: str
 
+
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """The maintenance event an action answered: what an audit event points back to (its
+    `data` is the contract's `trigger`, the VM's `source` is the audit event's own)."""
+
+    source: str
+    data: contract.TriggerData
+
     @classmethod
-    def of(cls, event: dict[str, Any]) -> Trigger:
-        """From a maintenance event as consumers see it (`bridge.pipeline.events.as_dict`)."""
-        data = event["data"]
+    def of(cls, event: contract.Event) -> Trigger:
+        """From the maintenance event the action answered."""
+        data = maintenance(event)
         return cls(
-            source=event["source"],
-            provider=data["provider"],
-            instance=data["instance"],
-            notice_id=data["notice_id"],
-            event_id=event["id"],
-            event_type=event["type"],
+            event.source,
+            contract.TriggerData(
+                provider=data.provider,
+                instance=data.instance,
+                notice_id=data.notice_id,
+                event_id=event.id,
+                event_type=event.type,
+            ),
         )
 
-    def as_data(self) -> dict[str, Any]:
+    @property
+    def notice_id(self) -> str:
+        return self.data.notice_id
+
+    @property
+    def event_id(self) -> str:
+        return self.data.event_id
+
+    def _fields(self) -> _TriggerFields:
+        """The trigger's fields, to start an audit payload with (the Structs' keywords)."""
+        data = self.data
         return {
-            "provider": self.provider,
-            "instance": self.instance,
-            "notice_id": self.notice_id,
-            "event_id": self.event_id,
-            "event_type": self.event_type,
+            "provider": data.provider,
+            "instance": data.instance,
+            "notice_id": data.notice_id,
+            "event_id": data.event_id,
+            "event_type": data.event_type,
         }
 
 
@@ -80,7 +109,7 @@ class HookOutcome:
     """
 
     hook: str
-    outcome: str
+    outcome: HookOutcomeName
     exit_code: int | None
     duration_seconds: float
     output_tail: str
@@ -91,43 +120,45 @@ class HookOutcome:
         return self.outcome == "succeeded"
 
 
-def _event(attributes: dict[str, Any], data: dict[str, Any]) -> CloudEvent:
-    base: dict[str, Any] = {
-        "specversion": "1.0",
-        "datacontenttype": CONTENT_TYPE,
-        "dataschema": SCHEMA_URI,
-    }
-    return CloudEvent({**base, **attributes}, data)
+def _event(
+    trigger: Trigger, type_: str, id_: str, at: datetime, data: contract.EventData
+) -> contract.Event:
+    """An audit event about `trigger`'s notice: the VM's source, the notice id as subject."""
+    return contract.Event(
+        id=id_,
+        source=trigger.source,
+        type=type_,
+        subject=trigger.notice_id,
+        time=at.astimezone(UTC),
+        data=data,
+    )
 
 
 def hook_completed(
-    trigger: Trigger, run: HookOutcome, at: datetime, *, budget: dict[str, Any] | None = None
-) -> CloudEvent:
+    trigger: Trigger,
+    run: HookOutcome,
+    at: datetime,
+    *,
+    budget: contract.BudgetData | None = None,
+) -> contract.Event:
     """`io.maintenancebridge.hook.completed` for one run of one hook on one transition.
 
     `budget`: for a hook marked `budget = true`, how taking its slot went (who, when).
     """
     tail = run.output_tail.encode()[-OUTPUT_TAIL_BYTES:].decode(errors="replace")
-    return _event(
-        {
-            "id": _audit_id(trigger.source, HOOK_COMPLETED, trigger.event_id, run.hook),
-            "source": trigger.source,
-            "type": HOOK_COMPLETED,
-            "subject": trigger.notice_id,
-            "time": at.astimezone(UTC),
-        },
-        {
-            **trigger.as_data(),
-            "hook": run.hook,
-            "outcome": run.outcome,
-            "exit_code": run.exit_code,
-            "timed_out": run.outcome == "timed-out",
-            "duration_seconds": round(run.duration_seconds, 3),
-            "output_tail": tail,
-            "error": run.error,
-            **({"budget": budget} if budget is not None else {}),
-        },
+    data = contract.HookCompletedData(
+        **trigger._fields(),
+        hook=run.hook,
+        outcome=run.outcome,
+        exit_code=run.exit_code,
+        timed_out=run.outcome == "timed-out",
+        duration_seconds=round(run.duration_seconds, 3),
+        output_tail=tail,
+        error=run.error,
+        budget=budget,
     )
+    id_ = _audit_id(trigger.source, HOOK_COMPLETED, trigger.event_id, run.hook)
+    return _event(trigger, HOOK_COMPLETED, id_, at, data)
 
 
 def approved(
@@ -135,48 +166,32 @@ def approved(
     *,
     approved_by: str,
     rule: str,
-    leader: str,
+    leader: Leader,
     at: datetime,
-    budget: dict[str, Any] | None = None,
-) -> CloudEvent:
+    budget: contract.BudgetData | None = None,
+) -> contract.Event:
     """`io.maintenancebridge.maintenance.approved`: this VM sent StartRequests for the notice.
 
     One per notice and VM (the id ignores the transition), as the bridge approves an event
     at most once.
     """
-    return _event(
-        {
-            "id": _audit_id(trigger.source, APPROVED, trigger.notice_id),
-            "source": trigger.source,
-            "type": APPROVED,
-            "subject": trigger.notice_id,
-            "time": at.astimezone(UTC),
-        },
-        {
-            **trigger.as_data(),
-            "approved_by": approved_by,
-            "rule": rule,
-            "leader": leader,
-            **({"budget": budget} if budget is not None else {}),
-        },
+    data = contract.ApprovedData(
+        **trigger._fields(), approved_by=approved_by, rule=rule, leader=leader, budget=budget
     )
+    id_ = _audit_id(trigger.source, APPROVED, trigger.notice_id)
+    return _event(trigger, APPROVED, id_, at, data)
 
 
-def budget_released(trigger: Trigger, budget: dict[str, Any], at: datetime) -> CloudEvent:
+def budget_released(
+    trigger: Trigger, budget: contract.HeldSlotData, at: datetime
+) -> contract.Event:
     """`io.maintenancebridge.budget.released`: this VM gave its maintenance budget slot back
     (bridge/actions/coordination) because the notice that held it last ended (`trigger`: the
     completed or cancelled event). With the `budget` of the action that took it, who held
     a slot from when to when."""
-    return _event(
-        {
-            "id": _audit_id(trigger.source, BUDGET_RELEASED, trigger.event_id),
-            "source": trigger.source,
-            "type": BUDGET_RELEASED,
-            "subject": trigger.notice_id,
-            "time": at.astimezone(UTC),
-        },
-        {**trigger.as_data(), "budget": budget},
-    )
+    data = contract.BudgetReleasedData(**trigger._fields(), budget=budget)
+    id_ = _audit_id(trigger.source, BUDGET_RELEASED, trigger.event_id)
+    return _event(trigger, BUDGET_RELEASED, id_, at, data)
 
 
 def test_event(
@@ -186,26 +201,24 @@ def test_event(
 ) -> CloudEvent:
     """`io.maintenancebridge.test`: a harmless event that proves the sinks are reachable.
 
-    Each call is a new event (the id includes the time it was sent).
+    Each call is a new event (the id includes the time it was sent). A CloudEvent, as it
+    goes straight to a sink (`doctor --send-test-event`), not through the spool.
     """
     sent_at = (at or datetime.now(UTC)).astimezone(UTC)
-    stamp = rfc3339(sent_at)
-    assert stamp is not None
-    return _event(
-        {
-            "id": _audit_id(instance.source, TEST, message, stamp),
-            "source": instance.source,
-            "type": TEST,
-            "subject": instance.name,
-            "time": sent_at,
-        },
-        {
-            "provider": instance.provider.value,
-            "instance": instance.as_data(),
-            "message": message,
-            "sent_at": stamp,
-        },
+    typed = contract.Event(
+        id=_audit_id(instance.source, TEST, message, contract.rfc3339(sent_at)),
+        source=instance.source,
+        type=TEST,
+        subject=instance.name,
+        time=sent_at,
+        data=contract.TestData(
+            provider=instance.provider.value,
+            instance=msgspec.convert(instance.as_data(), contract.InstanceData),
+            message=message,
+            sent_at=sent_at,
+        ),
     )
+    return parse(encode(typed))
 
 
 test_event.__test__ = False  # type: ignore[attr-defined]  # pytest must not collect it

@@ -27,19 +27,21 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from cloudevents.core.v1.event import CloudEvent
+import msgspec
 
+from bridge import contract
 from bridge.actions import approval, audit, hooks
 from bridge.actions.coordination.hooks import last_useful_start, refusal
 from bridge.config import Config
 from bridge.infra.backoff import retry_logger, retry_until_done
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.approver import ApprovalRejected
-from bridge.pipeline.events import as_dict, parse, serialize
-from bridge.pipeline.spool import NewEvent, Spool, SpoolError
+from bridge.pipeline.spool import Action, NewEvent, Spool, SpoolError
+from bridge.pipeline.typed_events import as_object, encode, maintenance
 
 if TYPE_CHECKING:
     from bridge.actions.coordination.budget import Budget, Grant
@@ -56,17 +58,66 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _hook_key(event: dict[str, Any], hook_name: str) -> str:
-    data = event["data"]
-    return "\t".join(("hook", event["source"], data["notice_id"], data["status"], hook_name))
+def _hook_key(event: contract.Event, hook_name: str) -> str:
+    data = maintenance(event)
+    return "\t".join(("hook", event.source, data.notice_id, data.status, hook_name))
 
 
-def _approval_key(event: dict[str, Any]) -> str:
-    return "\t".join(("approve", event["source"], event["data"]["notice_id"]))
+def _approval_key(event: contract.Event) -> str:
+    return "\t".join(("approve", event.source, maintenance(event).notice_id))
 
 
-def _chain(event: dict[str, Any]) -> str:
-    return "\t".join((event["source"], event["data"]["notice_id"]))
+def _chain(event: contract.Event) -> str:
+    return "\t".join((event.source, maintenance(event).notice_id))
+
+
+class _Stored(msgspec.Struct, frozen=True, kw_only=True):
+    """A planned action as `plan` stores it in the spool's actions table (JSON, written with
+    `json.dumps` in the key order `plan` gives; rows of earlier versions read the same)."""
+
+    action: Literal["hook", "approve", "approve-after-hooks"]
+    event: msgspec.Raw
+    hook: str = ""  # action "hook": its name
+    rule: str = ""  # approvals: the rule that decided
+    hooks: list[str] = []  # approve-after-hooks: the keys of the hooks it waits for
+    budget: bool = False  # the action takes a slot of the maintenance budget
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A planned action, read back from the spool: its maintenance event decoded once."""
+
+    action: Literal["hook", "approve", "approve-after-hooks"]
+    event: contract.Event
+    hook: str
+    rule: str
+    hooks: list[str]
+    budget: bool
+
+    @classmethod
+    def decode(cls, detail: str | bytes) -> Planned:
+        stored = msgspec.json.decode(detail, type=_Stored)
+        return cls(
+            action=stored.action,
+            event=contract.from_cloudevent(bytes(stored.event)),
+            hook=stored.hook,
+            rule=stored.rule,
+            hooks=stored.hooks,
+            budget=stored.budget,
+        )
+
+
+def _readable(rows: Sequence[Action]) -> list[tuple[Action, Planned]]:
+    """The rows whose detail reads back. One that does not (it cannot: this code wrote it) is
+    logged and left as it is, rather than stop every start-up of the bridge."""
+    found = []
+    for row in rows:
+        try:
+            found.append((row, Planned.decode(row.detail)))
+        except (contract.ContractError, msgspec.DecodeError) as exc:
+            key = row.key.replace("\t", " ")
+            log.error("planned action %s is unreadable, left as it is: %s", key, exc)
+    return found
 
 
 class Actions:
@@ -116,48 +167,51 @@ class Actions:
 
     # -- planning ---------------------------------------------------------------------------
 
-    def plan(self, events: Sequence[CloudEvent]) -> dict[str, str]:
-        """The new actions `events` call for: key -> detail, in the order they run."""
+    def plan(self, events: Sequence[contract.Event]) -> dict[str, str]:
+        """The new actions the maintenance `events` call for: key -> detail (the JSON
+        `Planned.decode` reads back), in the order they run."""
         planned: dict[str, str] = {}
-        for cloud_event in events:
-            event = as_dict(cloud_event)
-            names = [n for n, hook in self._hooks.items() if hooks.matches(hook, event["data"])]
+        for event in events:
+            data = maintenance(event)
+            names = [n for n, hook in self._hooks.items() if hooks.matches(hook, data)]
+            decision = self._approval_for(data)
+            if not names and decision is None:
+                continue
             hook_keys = [_hook_key(event, name) for name in names]
+            seen = as_object(event)  # stored as consumers saw it (a hook's stdin, resumed)
             for key, name in zip(hook_keys, names, strict=True):
                 if key not in self._known:
-                    detail: dict[str, Any] = {"action": "hook", "hook": name, "event": event}
+                    detail: dict[str, object] = {"action": "hook", "hook": name, "event": seen}
                     if self._hooks[name].budget:
                         detail["budget"] = True
                     planned[key] = json.dumps(detail)
             key = _approval_key(event)
-            decision = self._approval_for(event)
             if decision is not None and key not in self._known and key not in planned:
                 planned[key] = json.dumps(
                     {
                         "action": decision.action,
                         "rule": decision.rule,
                         "hooks": hook_keys,
-                        "event": event,
+                        "event": seen,
                         **({"budget": True} if self.budget is not None else {}),
                     }
                 )
         return planned
 
-    def _approval_for(self, event: dict[str, Any]) -> approval.Decision | None:
-        data = event["data"]
+    def _approval_for(self, data: contract.MaintenanceData) -> approval.Decision | None:
         config = self._config.approval
-        if data.get("provider") != "azure" or data.get("status") != "scheduled":
+        if data.provider != "azure" or data.status != "scheduled":
             return None
-        if not isinstance(data.get("raw"), dict):
-            return None
-        decision = approval.decide(config, data["raw"])
+        if not isinstance(data.raw, dict):
+            return None  # the vendor's object as received: an Azure event is a JSON object
+        decision = approval.decide(config, data.raw)
         if decision is None or decision.action == "never":
             return None
-        if not approval.is_leader(config, data["instance"]["name"], data.get("affected") or ()):
+        if not approval.is_leader(config, data.instance.name, data.affected):
             log.info(
                 "not approving %s: %s (leader = %s) approves for the group",
-                data["notice_id"],
-                min(data["affected"], key=str.casefold),
+                data.notice_id,
+                min(data.affected, key=str.casefold),
                 config.leader,
             )
             return None
@@ -167,13 +221,12 @@ class Actions:
         """`plan` was committed: start its actions."""
         for key, detail in plan.items():
             self._known.add(key)
-            self._schedule(key, json.loads(detail), resumed=False)
+            self._schedule(key, Planned.decode(detail), resumed=False)
 
-    def observed(self, events: Sequence[CloudEvent]) -> None:
+    def observed(self, events: Sequence[contract.Event]) -> None:
         """`events` were committed: a notice that completed or was cancelled frees its slot."""
-        for cloud_event in events:
-            event = as_dict(cloud_event)
-            if event["data"].get("status") in ("completed", "cancelled"):
+        for event in events:
+            if maintenance(event).status in ("completed", "cancelled"):
                 chain = _chain(event)
                 self._ended.add(chain)
                 released = self.budget.release(chain) if self.budget is not None else None
@@ -190,11 +243,12 @@ class Actions:
         rows = await self._spool.actions()
         self._known = {row.key for row in rows}
         await self._report_interrupted()
+        readable = _readable(rows)
         if self.budget is not None:
-            await self._resume_budget(rows)
-        for row in rows:
+            await self._resume_budget(readable)
+        for row, detail in readable:
             if row.state in ("planned", "posting"):
-                self._schedule(row.key, json.loads(row.detail), resumed=row.state == "posting")
+                self._schedule(row.key, detail, resumed=row.state == "posting")
 
     async def stop(self, timeout: float) -> None:
         """Let running hooks finish within `timeout`; what has not started stays planned.
@@ -252,11 +306,11 @@ class Actions:
 
     # -- running ----------------------------------------------------------------------------
 
-    def _schedule(self, key: str, detail: dict[str, Any], *, resumed: bool) -> None:
-        event = detail["event"]
-        if detail["action"] == "hook":
-            self._chained(event, self._run_hook(key, detail["hook"], event))
-        elif detail["action"] == "approve-after-hooks" and not resumed:
+    def _schedule(self, key: str, detail: Planned, *, resumed: bool) -> None:
+        event = detail.event
+        if detail.action == "hook":
+            self._chained(event, self._run_hook(key, detail.hook, event))
+        elif detail.action == "approve-after-hooks" and not resumed:
             self._chained(event, self._approve_after_hooks(key, detail))
         else:
             task = self._track(self._send_approval(key, detail, resumed=resumed), key)
@@ -269,7 +323,7 @@ class Actions:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _chained(self, event: dict[str, Any], work: Coroutine[Any, Any, None]) -> None:
+    def _chained(self, event: contract.Event, work: Coroutine[Any, Any, None]) -> None:
         chain = _chain(event)
         previous = self._chains.get(chain)
 
@@ -294,9 +348,9 @@ class Actions:
 
         task.add_done_callback(forget)
 
-    async def _commit(self, events: Sequence[CloudEvent], states: dict[str, str]) -> None:
+    async def _commit(self, events: Sequence[contract.Event], states: dict[str, str]) -> None:
         """Spool audit events and action states together, retrying a failing disk."""
-        rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
+        rows = [NewEvent(e.id, e.source, e.type, encode(e)) for e in events]
         await retry_until_done(
             lambda: self._spool.commit(rows, states=states),
             retry_on=SpoolError,
@@ -305,23 +359,23 @@ class Actions:
             before_sleep=retry_logger(log, "cannot record action state"),
         )
 
-    async def _run_hook(self, key: str, name: str, event: dict[str, Any]) -> None:
+    async def _run_hook(self, key: str, name: str, event: contract.Event) -> None:
         trigger = audit.Trigger.of(event)
         hook = self._hooks.get(name)
         grant: Grant | None = None
         if hook is None:
             error = "the hook is no longer configured"
-            log.warning("hook %s not run for %s: %s", name, event["id"], error)
+            log.warning("hook %s not run for %s: %s", name, event.id, error)
             outcome = audit.HookOutcome(name, "skipped", None, 0.0, "", error)
         else:
             if hook.budget and self.budget is not None:
-                due = last_useful_start(hook, event["data"])
+                due = last_useful_start(hook, maintenance(event))
                 grant = await self._take(event, f"hook {name}", due, self._in_force(event))
                 if grant.outcome == "withdrawn" and self._stopping:
                     return  # not started: stays planned for the next start
             refused = None if grant is None else refusal(grant, hook.on_budget_timeout)
             if grant is not None and refused is not None:
-                log.warning("hook %s skipped for %s: %s", name, event["id"], refused)
+                log.warning("hook %s skipped for %s: %s", name, event.id, refused)
                 outcome = audit.HookOutcome(
                     name, "skipped", None, grant.waited_seconds, "", refused
                 )
@@ -337,38 +391,37 @@ class Actions:
         self.hook_runs[(name, outcome.outcome)] += 1
 
     async def _report_interrupted(self) -> None:
-        for row in await self._spool.actions(["running"]):
-            detail = json.loads(row.detail)
-            name, event = detail["hook"], detail["event"]
+        for row, detail in _readable(await self._spool.actions(["running"])):
+            name, event = detail.hook, detail.event
             error = "the bridge stopped while it ran (it may not have started); not re-run"
-            log.warning("hook %s for %s was interrupted: %s", name, event["id"], error)
+            log.warning("hook %s for %s was interrupted: %s", name, event.id, error)
             outcome = audit.HookOutcome(name, "interrupted", None, 0.0, "", error)
             completed = audit.hook_completed(audit.Trigger.of(event), outcome, self._clock())
             await self._commit([completed], {row.key: "interrupted"})
             self.hook_runs[(name, "interrupted")] += 1
 
-    async def _approve_after_hooks(self, key: str, detail: dict[str, Any]) -> None:
-        states = {k: await self._spool.action_state(k) for k in detail["hooks"]}
+    async def _approve_after_hooks(self, key: str, detail: Planned) -> None:
+        states = {k: await self._spool.action_state(k) for k in detail.hooks}
         failed = {k.rsplit("\t", 1)[1]: s for k, s in states.items() if s != "succeeded"}
         if failed:
             log.warning(
                 "not approving %s (%s): hook(s) did not succeed: %s",
-                detail["event"]["data"]["notice_id"],
-                detail["rule"],
+                maintenance(detail.event).notice_id,
+                detail.rule,
                 ", ".join(f"{name} {state}" for name, state in failed.items()),
             )
             await self._commit([], {key: "held"})
-            self.approvals[(detail["rule"], "held")] += 1
+            self.approvals[(detail.rule, "held")] += 1
             return
         await self._send_approval(key, detail, resumed=False)
 
-    async def _send_approval(self, key: str, detail: dict[str, Any], *, resumed: bool) -> None:
-        event = detail["event"]
-        data = event["data"]
-        notice_id = data["notice_id"]
+    async def _send_approval(self, key: str, detail: Planned, *, resumed: bool) -> None:
+        event = detail.event
+        data = maintenance(event)
+        notice_id = data.notice_id
+        source = event.source
         grant: Grant | None = None
         if self.budget is not None:
-            source = event["source"]
             grant = await self._take(
                 event, "approval", None, lambda: self._is_scheduled(source, notice_id)
             )
@@ -384,10 +437,10 @@ class Actions:
 
         async def attempt() -> bool:
             """One try: True once approved, False when it is over without an approval."""
-            if not self._is_scheduled(event["source"], notice_id):
+            if not self._is_scheduled(source, notice_id):
                 log.info("not approving %s: it is no longer Scheduled", notice_id)
                 await self._commit([], {key: "withdrawn"})
-                self.approvals[(detail["rule"], "withdrawn")] += 1
+                self.approvals[(detail.rule, "withdrawn")] += 1
                 return False
             await self._commit([], {key: "posting"})
             if resumed:
@@ -397,7 +450,7 @@ class Actions:
             except ApprovalRejected as exc:
                 log.warning("approval of %s refused: %s", notice_id, exc)
                 await self._commit([], {key: "rejected"})
-                self.approvals[(detail["rule"], "rejected")] += 1
+                self.approvals[(detail.rule, "rejected")] += 1
                 return False
             return True
 
@@ -412,28 +465,29 @@ class Actions:
         )
         if not approved_now:
             return
-        config = self._config.approval
-        log.info("approved %s (%s, leader = %s)", notice_id, detail["rule"], config.leader)
+        leader = self._config.approval.leader
+        assert leader != "none"  # is_leader refuses every notice then: nothing is planned
+        log.info("approved %s (%s, leader = %s)", notice_id, detail.rule, leader)
         approved = audit.approved(
             audit.Trigger.of(event),
-            approved_by=data["instance"]["name"],
-            rule=detail["rule"],
-            leader=config.leader,
+            approved_by=data.instance.name,
+            rule=detail.rule,
+            leader=leader,
             at=self._clock(),
             budget=None if grant is None else grant.as_data(),
         )
         await self._commit([approved], {key: "approved"})
-        self.approvals[(detail["rule"], "approved")] += 1
+        self.approvals[(detail.rule, "approved")] += 1
 
     # -- the budget (bridge/actions/coordination) -----------------------------------------------
 
-    def _in_force(self, event: dict[str, Any]) -> Callable[[], bool]:
+    def _in_force(self, event: contract.Event) -> Callable[[], bool]:
         chain = _chain(event)
         return lambda: chain not in self._ended and not self._stopping
 
     async def _take(
         self,
-        event: dict[str, Any],
+        event: contract.Event,
         action: str,
         deadline: datetime | None,
         wanted: Callable[[], bool],
@@ -441,13 +495,13 @@ class Actions:
         assert self.budget is not None
         return await self.budget.take(
             _chain(event),
-            event["data"]["instance"],
+            maintenance(event).instance,
             action=action,
             deadline=deadline,
             wanted=wanted,
         )
 
-    async def _resume_budget(self, rows: Sequence[Any]) -> None:
+    async def _resume_budget(self, rows: Sequence[tuple[Action, Planned]]) -> None:
         """Take again the slots of notices still in force whose disruptive action had
         started before the restart (the maintenance may be under way), and start the
         engine probe."""
@@ -456,19 +510,18 @@ class Actions:
         self._budget_tasks.add(probe)
         in_force = set()
         for key, body in (await self._spool.in_force()).items():
-            in_force.add("\t".join((parse(body).get_source(), key.split("\t", 1)[1])))
+            in_force.add("\t".join((contract.from_cloudevent(body).source, key.split("\t", 1)[1])))
         resumed: set[str] = set()
-        for row in rows:
-            detail = json.loads(row.detail)
-            event = detail["event"]
+        for row, detail in rows:
+            event = detail.event
             chain = _chain(event)
             ran = row.state not in ("planned", "skipped", "held", "withdrawn", "rejected")
-            if not detail.get("budget") or not ran or chain in resumed or chain not in in_force:
+            if not detail.budget or not ran or chain in resumed or chain not in in_force:
                 continue
             resumed.add(chain)
             log.info(
                 "taking the budget slot of %s again (its action ran before the restart)",
-                event["data"]["notice_id"],
+                maintenance(event).notice_id,
             )
             task = asyncio.create_task(
                 self._take(event, "resume", None, self._in_force(event)),

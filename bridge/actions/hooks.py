@@ -26,12 +26,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
+from bridge import contract
 from bridge.actions.audit import OUTPUT_TAIL_BYTES, HookOutcome
 from bridge.config import Hook
 from bridge.infra import platform
-from bridge.infra.timeparse import lenient_time
+from bridge.pipeline.typed_events import as_object, maintenance
 
 log = logging.getLogger("bridge.hooks")
 
@@ -48,53 +49,46 @@ POWERSHELL_ARGS: Final = ("-NoProfile", "-NonInteractive", "-ExecutionPolicy", "
 DRAIN_AFTER_EXIT: Final = 1.0
 
 
-def matches(hook: Hook, data: dict[str, Any]) -> bool:
+def matches(hook: Hook, data: contract.MaintenanceData) -> bool:
     """Whether `hook` runs for a maintenance event with this `data` (empty filter: any)."""
     return (
-        (not hook.statuses or data.get("status") in hook.statuses)
-        and (not hook.kinds or data.get("kind") in hook.kinds)
-        and (not hook.providers or data.get("provider") in hook.providers)
+        (not hook.statuses or data.status in hook.statuses)
+        and (not hook.kinds or data.kind in hook.kinds)
+        and (not hook.providers or data.provider in hook.providers)
     )
 
 
-def _parse_time(text: object) -> datetime | None:
-    """A time of an event we wrote ourselves (RFC 3339), None when absent or unreadable."""
-    return lenient_time(text)[0]
-
-
-def deadline(hook: Hook, data: dict[str, Any]) -> datetime | None:
+def deadline(hook: Hook, data: contract.MaintenanceData) -> datetime | None:
     """When the hook must have finished: `deadline_before` seconds before not_before."""
-    not_before = _parse_time(data.get("not_before"))
-    if hook.deadline_before is None or not_before is None:
+    if hook.deadline_before is None or data.not_before is None:
         return None
-    return not_before - timedelta(seconds=hook.deadline_before)
+    return data.not_before - timedelta(seconds=hook.deadline_before)
 
 
 def environment(
-    hook: Hook, event: dict[str, Any], due: datetime | None, base: dict[str, str] | None = None
+    hook: Hook, event: contract.Event, due: datetime | None, base: dict[str, str] | None = None
 ) -> dict[str, str]:
     """The bridge's environment plus the event's main fields as `MB_*` variables."""
-    data = event["data"]
-    instance = data.get("instance") or {}
+    data = maintenance(event)
 
     def text(value: object) -> str:
         return "" if value is None else str(value)
 
     fields = {
         "HOOK": hook.display_name(),
-        "EVENT_TYPE": event["type"],
-        "EVENT_ID": event["id"],
-        "EVENT_SOURCE": event["source"],
-        "NOTICE_ID": data.get("notice_id"),
-        "PROVIDER": data.get("provider"),
-        "KIND": data.get("kind"),
-        "STATUS": data.get("status"),
-        "INSTANCE": instance.get("name"),
-        "INSTANCE_ID": instance.get("id"),
-        "NOT_BEFORE": data.get("not_before"),
-        "DURATION_SECONDS": data.get("duration_seconds"),
-        "ORIGIN": data.get("origin"),
-        "AFFECTED": ",".join(data.get("affected") or ()),
+        "EVENT_TYPE": event.type,
+        "EVENT_ID": event.id,
+        "EVENT_SOURCE": event.source,
+        "NOTICE_ID": data.notice_id,
+        "PROVIDER": data.provider,
+        "KIND": data.kind,
+        "STATUS": data.status,
+        "INSTANCE": data.instance.name,
+        "INSTANCE_ID": data.instance.id,
+        "NOT_BEFORE": None if data.not_before is None else contract.rfc3339(data.not_before),
+        "DURATION_SECONDS": data.duration_seconds,
+        "ORIGIN": data.origin,
+        "AFFECTED": ",".join(data.affected),
         "DEADLINE": due.isoformat().replace("+00:00", "Z") if due else None,
     }
     env = dict(os.environ if base is None else base)
@@ -161,7 +155,7 @@ async def _end(
 
 async def run(
     hook: Hook,
-    event: dict[str, Any],
+    event: contract.Event,
     body: bytes,
     now: datetime,
     cancel_grace: Callable[[], float] = lambda: KILL_GRACE,
@@ -172,13 +166,13 @@ async def run(
     seconds (a shutdown has less time to give than `KILL_GRACE`) and re-raises.
     """
     name = hook.display_name()
-    due = deadline(hook, event["data"])
+    due = deadline(hook, maintenance(event))
     timeout = hook.timeout
     if due is not None:
         left = (due - now).total_seconds()
         if left <= 0:
             error = f"its deadline ({hook.deadline_before:g} s before not_before) had passed"
-            log.warning("hook %s skipped for %s: %s", name, event["id"], error)
+            log.warning("hook %s skipped for %s: %s", name, event.id, error)
             return HookOutcome(name, "skipped", None, 0.0, "", error)
         timeout = min(timeout, left)
     started = time.monotonic()
@@ -194,11 +188,9 @@ async def run(
         )
     except OSError as exc:
         error = f"cannot start {hook.command[0]!r}: {exc.strerror or exc}"
-        log.error("hook %s failed for %s: %s", name, event["id"], error)
+        log.error("hook %s failed for %s: %s", name, event.id, error)
         return HookOutcome(name, "failed", None, time.monotonic() - started, "", error)
-    log.info(
-        "hook %s started for %s (pid %d, timeout %.0fs)", name, event["id"], process.pid, timeout
-    )
+    log.info("hook %s started for %s (pid %d, timeout %.0fs)", name, event.id, process.pid, timeout)
     tree = system.contain(process.pid)
     output = _Output(name)
     assert process.stdin is not None
@@ -239,13 +231,14 @@ async def run(
         "hook %s %s for %s in %.1fs%s",
         name,
         outcome.outcome,
-        event["id"],
+        event.id,
         elapsed,
         f": {outcome.error}" if outcome.error else "",
     )
     return outcome
 
 
-def stdin_body(event: dict[str, Any]) -> bytes:
-    """What a hook reads on stdin: the event as consumers see it, one JSON line."""
-    return json.dumps(event, separators=(",", ":")).encode() + b"\n"
+def stdin_body(event: contract.Event) -> bytes:
+    """What a hook reads on stdin: the event as consumers see it, one JSON line (the
+    attributes in the order the sidecar writes them; tests/test_typed_bytes.py pins it)."""
+    return json.dumps(as_object(event), separators=(",", ":")).encode() + b"\n"

@@ -33,6 +33,7 @@ from typing import Any, Final
 import msgspec
 from aiohttp import web
 
+from bridge.contract import from_cloudevent
 from bridge.fleet import metrics, state
 from bridge.fleet.config import FleetApi
 from bridge.fleet.metrics import IngestStats
@@ -220,7 +221,7 @@ class FleetApiRoutes:
         notices = {}
         for row in rows:
             found = await self.store.notices(NoticeFilter(instance=row["source"]))
-            notices[row["source"]] = [msgspec.json.decode(n["event"]) for n in found]
+            notices[row["source"]] = [from_cloudevent(n["event"]) for n in found]
         body = state.eligible(candidates, known, notices, time.time(), horizon)
         return _json(body, status=200 if body["preferred"] is not None else 503)
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from bridge import contract
 from bridge.surface.status_api import eligibility
 
 RANK: Final = {"scheduled": 0, "started": 1, "completed": 2, "cancelled": 2}
@@ -48,7 +49,7 @@ def instance_state(instance: Mapping[str, Any], now: float) -> tuple[str, str]:
 def eligible(
     candidates: Sequence[str],
     instances: Mapping[str, Mapping[str, Any]],
-    notices: Mapping[str, Iterable[dict[str, Any]]],
+    notices: Mapping[str, Iterable[contract.Event]],
     now: float,
     horizon: float,
 ) -> dict[str, Any]:
@@ -56,7 +57,7 @@ def eligible(
     first eligible one in the order given (None when none is).
 
     `instances` maps names and sources to instance rows; `notices` maps a source to the
-    current events (CloudEvent dicts) of its notices in force.
+    current events (`contract.Event`, decoded from the stored bytes) of its notices in force.
     """
     answers = []
     moment = datetime.fromtimestamp(now, UTC)

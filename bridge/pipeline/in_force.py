@@ -2,52 +2,65 @@
 actions (is this notice still Scheduled?) and the status API (`/v1/notices`, `/v1/eligible`).
 
 Keyed by (watcher, notice id), it holds the last event of every notice that has not completed
-or been cancelled. The spool keeps the same set durably (in the transaction that spools the
-events), so a restart restores it with `restore` before any watcher runs.
+or been cancelled, as the typed `contract.Event` the runner decoded once for the actions and
+this component alike. The spool keeps the same set durably (in the transaction that spools
+the events), so a restart restores it with `restore` before any watcher runs.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
-from cloudevents.core.v1.event import CloudEvent
+from bridge import contract
+from bridge.pipeline.typed_events import maintenance
 
-from bridge.infra.encoding import parse
-from bridge.pipeline.events import TYPE_PREFIX
-from bridge.pipeline.model import Notice, Status
+log = logging.getLogger("bridge.in_force")
 
-_ENDED = (Status.COMPLETED, Status.CANCELLED)
+_ENDED = ("completed", "cancelled")
 
 
 class InForce:
     def __init__(self) -> None:
-        self._events: dict[tuple[str, str], CloudEvent] = {}
+        self._events: dict[tuple[str, str], contract.Event] = {}
 
     def __len__(self) -> int:
         return len(self._events)
 
-    def remember(self, name: str, notice: Notice, event: CloudEvent) -> None:
-        """`notice`, announced by `event`, as the watcher `name` saw it last."""
-        key = (name, notice.notice_id)
-        if notice.status in _ENDED:
+    def remember(self, name: str, event: contract.Event) -> None:
+        """The maintenance `event`, as the watcher `name` announced it last."""
+        data = maintenance(event)
+        key = (name, data.notice_id)
+        if data.status in _ENDED:
             self._events.pop(key, None)
         else:
             self._events[key] = event
 
     def restore(self, spooled: Mapping[str, bytes]) -> None:
-        """What the spool held in force (`Spool.in_force`: "<watcher>\\t<notice id>" -> event)."""
+        """What the spool held in force (`Spool.in_force`: "<watcher>\\t<notice id>" -> event).
+
+        An entry that is not a maintenance event of schema v1 (it cannot be: the sidecar
+        wrote it) is logged and left out rather than stop the start-up: a crash loop would
+        watch nothing at all, and the watcher announces the notice again if it is still on.
+        """
         for key, body in spooled.items():
             name, notice_id = key.split("\t", 1)
-            self._events[(name, notice_id)] = parse(body)
+            try:
+                event = contract.from_cloudevent(body)
+                maintenance(event)
+            except contract.ContractError as exc:
+                log.error(
+                    "notice %s of %s in force is unreadable, left out: %s", notice_id, name, exc
+                )
+                continue
+            self._events[(name, notice_id)] = event
 
-    def events(self) -> list[CloudEvent]:
+    def events(self) -> list[contract.Event]:
         return list(self._events.values())
 
     def is_scheduled(self, source: str, notice_id: str) -> bool:
         """Whether that notice is in force and still Scheduled (an approval is only sent then)."""
         return any(
-            key[1] == notice_id
-            and event.get_source() == source
-            and event.get_type() == TYPE_PREFIX + Status.SCHEDULED.value
+            key[1] == notice_id and event.source == source and event.type == contract.SCHEDULED
             for key, event in self._events.items()
         )

@@ -31,15 +31,11 @@ class HealthMonitor:
     def __init__(self, sink_check_interval: float = 30.0, sink_check_timeout: float = 10.0):
         self.phase: Phase = "starting"
         self.observed: Observed | None = None
-        #: The running bridge, for the status API only (`bridge.surface.status_api`, which
-        #: reads its notices in force and settings); health and metrics use `observed`.
-        self.bridge: Bridge | None = None
         self._interval = sink_check_interval
         self._timeout = sink_check_timeout
 
     def attach(self, bridge: Bridge) -> None:
         self.observed = bridge.observed()
-        self.bridge = bridge
         self.phase = "running"
 
     def liveness(self) -> list[Check]:

@@ -22,65 +22,66 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-from bridge.infra.timeparse import lenient_time
-from bridge.pipeline.events import as_dict
+from bridge import contract
+from bridge.pipeline.typed_events import as_object, maintenance
 from bridge.surface.listener import Handler, Request, Response
 
 if TYPE_CHECKING:
-    from bridge.runner import Bridge
+    from bridge.runner import Observed
     from bridge.surface.health import HealthMonitor
 
 BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
 
 
-def _time(text: object) -> datetime | None:
-    """A time of an event we wrote ourselves (RFC 3339), None when absent or unreadable."""
-    return lenient_time(text)[0]
-
-
-def _summary(event: dict[str, Any], now: datetime) -> dict[str, Any]:
-    data = event["data"]
-    start = _time(data.get("not_before")) or _time((data.get("window") or {}).get("start"))
-    return {
-        "notice_id": data["notice_id"],
-        "event_id": event["id"],
-        "provider": data["provider"],
-        "kind": data["kind"],
-        "status": data["status"],
-        "not_before": data.get("not_before"),
-        "seconds_until": None if start is None else round((start - now).total_seconds(), 1),
+def _summary(
+    event: contract.Event, data: contract.MaintenanceData, now: datetime
+) -> tuple[dict[str, object], float | None]:
+    """What the body says of one notice, and the seconds until it starts (None: unknown)."""
+    start = data.not_before or (data.window.start if data.window is not None else None)
+    until = None if start is None else round((start - now).total_seconds(), 1)
+    summary: dict[str, object] = {
+        "notice_id": data.notice_id,
+        "event_id": event.id,
+        "provider": data.provider,
+        "kind": data.kind,
+        "status": data.status,
+        "not_before": None if data.not_before is None else contract.rfc3339(data.not_before),
+        "seconds_until": until,
     }
+    return summary, until
 
 
 def eligibility(
-    events: Iterable[dict[str, Any]], now: datetime, horizon: float
-) -> tuple[bool, dict[str, Any]]:
+    events: Iterable[contract.Event], now: datetime, horizon: float
+) -> tuple[bool, dict[str, object]]:
     """Whether this VM is eligible, and the body that says why (see the module docstring)."""
-    blocking: list[dict[str, Any]] = []
-    upcoming: list[dict[str, Any]] = []
+    blocking: list[dict[str, object]] = []
+    upcoming: list[dict[str, object]] = []
+    first = ""
     for event in events:
-        summary = _summary(event, now)
-        until = summary["seconds_until"]
-        if summary["status"] == "started":
-            summary["reason"] = "started"
+        data = maintenance(event)
+        summary, until = _summary(event, data, now)
+        if data.status == "started":
+            summary["reason"] = reason = "started"
         elif until is None:
-            summary["reason"] = "scheduled, time unknown"
+            summary["reason"] = reason = "scheduled, time unknown"
         elif until <= horizon:
-            summary["reason"] = f"scheduled within the horizon ({horizon:g} s)"
+            summary["reason"] = reason = f"scheduled within the horizon ({horizon:g} s)"
         else:
             upcoming.append(summary)
             continue
+        if not blocking:
+            first = f"{data.provider} {data.kind} {reason} ({data.notice_id})"
         blocking.append(summary)
     if blocking:
-        first = blocking[0]
-        reason = f"{first['provider']} {first['kind']} {first['reason']} ({first['notice_id']})"
+        reason = first
     elif upcoming:
         reason = "maintenance scheduled, but beyond the horizon"
     else:
         reason = "no maintenance in force"
-    body = {
+    body: dict[str, object] = {
         "eligible": not blocking,
         "reason": reason,
         "horizon_seconds": horizon,
@@ -90,8 +91,14 @@ def eligibility(
     return not blocking, body
 
 
-def _current(bridge: Bridge) -> list[dict[str, Any]]:
-    return sorted((as_dict(e) for e in bridge.in_force.events()), key=lambda e: e["time"])
+def notices_body(events: Iterable[contract.Event]) -> bytes:
+    """`/v1/notices`: the events as the JSON array the sinks' consumers would see."""
+    return json.dumps([as_object(event) for event in events], indent=2).encode() + b"\n"
+
+
+def _current(observed: Observed) -> list[contract.Event]:
+    """The notices in force, oldest announcement first."""
+    return sorted(observed.in_force.events(), key=lambda event: event.time)
 
 
 def _not_watching(monitor: HealthMonitor) -> Response:
@@ -108,16 +115,15 @@ def build_routes(monitor: HealthMonitor) -> dict[str, Handler]:
     """`GET /v1/notices`, `GET /v1/eligible` (`?horizon=SECONDS` overrides the configured one)."""
 
     async def notices(_request: Request) -> Response:
-        if monitor.bridge is None:
+        if monitor.observed is None:
             return _not_watching(monitor)
-        body = json.dumps(_current(monitor.bridge), indent=2).encode() + b"\n"
-        return Response(200, body, BATCH_CONTENT_TYPE)
+        return Response(200, notices_body(_current(monitor.observed)), BATCH_CONTENT_TYPE)
 
     async def eligible(request: Request) -> Response:
-        bridge = monitor.bridge
-        if bridge is None:
+        observed = monitor.observed
+        if observed is None:
             return _not_watching(monitor)
-        horizon = bridge.config.status.eligible_horizon
+        horizon = observed.eligible_horizon
         if "horizon" in request.query:
             try:
                 horizon = float(request.query["horizon"])
@@ -125,7 +131,7 @@ def build_routes(monitor: HealthMonitor) -> dict[str, Handler]:
                     raise ValueError
             except ValueError:
                 return Response.json(400, {"error": "horizon must be a number of seconds >= 0"})
-        ok, body = eligibility(_current(bridge), datetime.now(UTC), horizon)
+        ok, body = eligibility(_current(observed), datetime.now(UTC), horizon)
         return Response.json(200 if ok else 503, body)
 
     return {"/v1/notices": notices, "/v1/eligible": eligible}

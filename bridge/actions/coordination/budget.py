@@ -24,8 +24,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal, Protocol
 
+from bridge import contract
 from bridge.actions.coordination.backend import Backend, EngineError, Unavailable
 from bridge.actions.coordination.settings import Coordination
 from bridge.infra.prometheus import PREFIX, Exposition
@@ -40,8 +41,26 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def group_of(settings: Coordination, instance: dict[str, Any]) -> str:
-    """The group a VM belongs to, from the `data.instance` of its events.
+class Placement(Protocol):
+    """Where a VM is: `contract.InstanceData` (an event's `data.instance`) or
+    `bridge.pipeline.model.Instance` (the identity `doctor` found) both answer."""
+
+    @property
+    def zone(self) -> str | None: ...
+    @property
+    def location(self) -> str | None: ...
+    @property
+    def project(self) -> str | None: ...
+    @property
+    def subscription(self) -> str | None: ...
+    @property
+    def resource_group(self) -> str | None: ...
+    @property
+    def scale_set(self) -> str | None: ...
+
+
+def group_of(settings: Coordination, instance: Placement | None) -> str:
+    """The group a VM belongs to, from the `data.instance` of its events (None: unknown).
 
     `scale-set` is qualified by subscription and resource group (scale set names are only
     unique within a resource group); a VM outside any scale set falls back to its resource
@@ -49,7 +68,8 @@ def group_of(settings: Coordination, instance: dict[str, Any]) -> str:
     """
 
     def part(name: str) -> str:
-        return str(instance.get(name) or "")
+        value: str | None = getattr(instance, name) if instance is not None else None
+        return value or ""
 
     if settings.group == "scale-set":
         names = [part("subscription"), part("resource_group"), part("scale_set")]
@@ -77,17 +97,16 @@ class Grant:
         """The action may go ahead with respect to the budget (a slot, or `proceed`)."""
         return self.outcome in ("acquired", "unavailable")
 
-    def as_data(self) -> dict[str, Any]:
+    def as_data(self) -> contract.BudgetData:
         """The `budget` object of an audit event."""
-        at = self.acquired_at
-        return {
-            "group": self.group,
-            "member": self.member,
-            "outcome": self.outcome,
-            "waited_seconds": round(self.waited_seconds, 3),
-            "acquired_at": None if at is None else _stamp(at),
-            "slot": self.slot,
-        }
+        return contract.BudgetData(
+            group=self.group,
+            member=self.member,
+            outcome=self.outcome,
+            waited_seconds=round(self.waited_seconds, 3),
+            acquired_at=None if self.acquired_at is None else self.acquired_at.astimezone(UTC),
+            slot=self.slot,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,20 +119,16 @@ class Released:
     acquired_at: datetime
     released_at: datetime
 
-    def as_data(self) -> dict[str, Any]:
+    def as_data(self) -> contract.HeldSlotData:
         """The `budget` object of a `budget.released` audit event."""
-        return {
-            "group": self.group,
-            "member": self.member,
-            "slot": self.slot,
-            "acquired_at": _stamp(self.acquired_at),
-            "released_at": _stamp(self.released_at),
-            "held_seconds": round((self.released_at - self.acquired_at).total_seconds(), 3),
-        }
-
-
-def _stamp(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        return contract.HeldSlotData(
+            group=self.group,
+            member=self.member,
+            slot=self.slot,
+            acquired_at=self.acquired_at.astimezone(UTC),
+            released_at=self.released_at.astimezone(UTC),
+            held_seconds=round((self.released_at - self.acquired_at).total_seconds(), 3),
+        )
 
 
 class Budget:
@@ -157,7 +172,7 @@ class Budget:
     async def take(
         self,
         notice: str,
-        instance: dict[str, Any],
+        instance: contract.InstanceData,
         *,
         action: str,
         deadline: datetime | None,
@@ -166,7 +181,7 @@ class Budget:
         """A slot of the VM's group for `notice` (see the module docstring)."""
         settings = self.settings
         group = group_of(settings, instance)
-        member = settings.member or str(instance.get("name") or "")
+        member = settings.member or instance.name
         started = time.monotonic()
         self.waiting += 1
         try:

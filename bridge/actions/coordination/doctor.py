@@ -25,7 +25,7 @@ async def check(config: Config, instance: Instance | None, timeout: float) -> li
         described = await asyncio.wait_for(backend.describe(), timeout)
         if instance is None and settings.group in ("scale-set", "zone"):
             return [Finding(name, "ok", f"{described}; group unknown without the VM identity")]
-        group = group_of(settings, instance.as_data() if instance else {})
+        group = group_of(settings, instance)
         holders = await asyncio.wait_for(backend.holders(group), timeout)
     except (Unavailable, EngineError, TimeoutError) as exc:
         what = "on_unavailable = proceed: disruptive actions go ahead without a slot"

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from bridge import contract
 from bridge.actions import hooks
 from bridge.config import Hook
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("bridge.coordination")
 
 
-def last_useful_start(hook: Hook, data: dict[str, Any]) -> datetime | None:
+def last_useful_start(hook: Hook, data: contract.MaintenanceData) -> datetime | None:
     """Until when a budgeted hook waits for a slot: `timeout` seconds before its deadline
     (`deadline_before`, else not_before), so that `on_budget_timeout = "run"` still leaves
     it its whole time. None when the notice has no time (it waits while in force)."""

@@ -151,7 +151,7 @@ class DashboardRoutes:
             answer = state.eligible(
                 [name],
                 known,
-                {instance["source"]: [n["event"] for n in in_force]},
+                {instance["source"]: [contract.from_cloudevent(n["event"]) for n in in_force]},
                 now,
                 self.horizon,
             )
