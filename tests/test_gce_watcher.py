@@ -214,8 +214,8 @@ async def test_corrupted_plain_values_are_retried_not_announced(
 
 
 async def test_metadata_host_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bridge.config import GceSource
     from bridge.infra.validation import validate
+    from bridge.providers.gce.settings import GceSource
 
     monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:8080")
     assert GceSource().resolved_url() == "http://127.0.0.1:8080/computeMetadata/v1/"

@@ -29,6 +29,9 @@ LAYERS: dict[str, str] = {
     "bridge.config": "config",
     "bridge.pipeline": "pipeline",
     "bridge.providers": "providers",
+    # What the configuration assembles `[source]` from: the registry and the settings models.
+    "bridge.providers.registry": "config",
+    "bridge.providers.settings": "config",
     "bridge.actions": "actions",
     "bridge.runner": "runner",
     "bridge.compose": "runner",
@@ -86,6 +89,10 @@ def _module(path: Path) -> str:
 
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
+    if parts[:2] == ["bridge", "providers"] and parts[-1] == "settings":
+        # A provider's `[source.<name>]` model lives in its folder and belongs to the
+        # configuration, which reads it through the registry.
+        return "config"
     for n in range(len(parts), 0, -1):
         found = LAYERS.get(".".join(parts[:n]))
         if found is not None:
@@ -161,6 +168,8 @@ def test_the_rule_sees_what_it_forbids() -> None:
     ("module", "layer"),
     [
         ("bridge.providers.gce.watcher", "providers"),
+        ("bridge.providers.gce.settings", "config"),
+        ("bridge.providers.registry", "config"),
         ("sinks.webhook", "sinks"),
         ("sinks.api", "sinks-api"),
         ("bridge.infra.platform.posix", "infra"),

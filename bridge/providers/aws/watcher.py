@@ -41,12 +41,12 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from bridge.config import AwsSource
 from bridge.infra.timeparse import parse_optional_time, parse_time
 from bridge.pipeline.model import Instance, Kind, Notice, Origin, Provider, Status, Window
 from bridge.pipeline.watchers.base import ClientWatcher, Clock, Update, fingerprint, utcnow
 from bridge.pipeline.watchers.http import MetadataClient, MetadataError, Sleep, _real_sleep
 from bridge.providers.aws import imds
+from bridge.providers.aws.settings import AwsSource
 
 log = logging.getLogger("bridge.watchers.aws")
 T = TypeVar("T")

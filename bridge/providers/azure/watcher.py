@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from bridge.config import AzureSource
 from bridge.infra.http1 import Response
 from bridge.infra.timeparse import lenient_time
 from bridge.pipeline.approver import ApprovalRejected
@@ -38,6 +37,7 @@ from bridge.pipeline.watchers.base import (
     utcnow,
 )
 from bridge.pipeline.watchers.http import MetadataClient, Sleep, _real_sleep
+from bridge.providers.azure.settings import AzureSource
 
 log = logging.getLogger("bridge.watchers.azure")
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from bridge.config import GceSource
 from bridge.infra.backoff import for_humans
 from bridge.infra.http1 import Response
 from bridge.infra.timeparse import lenient_time
@@ -37,6 +36,7 @@ from bridge.pipeline.watchers.base import (
     utcnow,
 )
 from bridge.pipeline.watchers.http import MetadataClient, RequestStats, Sleep, _real_sleep
+from bridge.providers.gce.settings import GceSource
 
 log = logging.getLogger("bridge.watchers.gce")
 
