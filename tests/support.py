@@ -25,9 +25,9 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.compose import compose
 from bridge.config import Config, parse_config
 from bridge.pipeline.events import EVENT_TYPES, as_dict, schema
+from bridge.providers.azure.simulated.group import AzureGroup
 from bridge.runner import Bridge, ProviderName
 from bridge.simulator import Simulator, SimulatorThread
-from bridge.simulator.group import AzureGroup
 from sinks.base import Result
 from sinks.memory import MemorySink
 

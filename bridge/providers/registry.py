@@ -2,8 +2,8 @@
 
 Each name maps to the provider's package (`bridge/providers/<name>/`), which holds by
 convention `provider.py` (its `PROVIDER`, a `bridge.providers.base.Provider`),
-`settings.py` (its `SETTINGS`, the `[source.<name>]` table's model) and `simulated.py` (its
-`SIMULATED`, the simulated metadata service). Like `sinks.registry`, a module is imported
+`settings.py` (its `SETTINGS`, the `[source.<name>]` table's model) and `simulated/part.py`
+(its `SIMULATED`, the simulated metadata service). Like `sinks.registry`, a module is imported
 only when it is asked for: `bridge/config.py` asks for the settings only (tiny modules), and
 a VM pays only for the watcher it runs. The order is detection's: the first provider whose
 metadata service answers is the one watched.
@@ -21,6 +21,7 @@ from bridge.contract import ProviderName
 if TYPE_CHECKING:
     from bridge.providers.base import Provider
     from bridge.providers.settings import ProviderSettings
+    from bridge.simulator.part import SimulatedProvider
 
 #: name -> the provider's package.
 PROVIDERS: Final[dict[ProviderName, str]] = {
@@ -42,6 +43,13 @@ def get(name: ProviderName) -> Provider:
 def settings_model(name: ProviderName) -> type[ProviderSettings]:
     """The model of `[source.<name>]` (imports the provider's `settings.py` only)."""
     found: type[ProviderSettings] = importlib.import_module(f"{PROVIDERS[name]}.settings").SETTINGS
+    return found
+
+
+def simulated(name: ProviderName) -> SimulatedProvider:
+    """Its part of the simulator (imports the provider's `simulated/part.py`)."""
+    module = importlib.import_module(f"{PROVIDERS[name]}.simulated.part")
+    found: SimulatedProvider = module.SIMULATED
     return found
 
 

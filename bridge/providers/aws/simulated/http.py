@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .aws import MAX_TOKEN_TTL
+from .state import MAX_TOKEN_TTL
 
 if TYPE_CHECKING:
-    from .server import Simulator
+    from bridge.simulator.server import Simulator
 
 TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aws-ec2-metadata-token"  # noqa: S105 (a header name)

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, cast
 
 from aiohttp import web
 
-from .azure_http import azure_routes
-from .identity import Identity
+from .http import azure_routes
 
 if TYPE_CHECKING:
-    from .azure import AzureState
-    from .server import Simulator
+    from bridge.simulator.server import Simulator
+
+    from .state import AzureState
 
 
 class _Member:
@@ -35,9 +35,9 @@ class _Member:
     def __init__(self, sim: Simulator, name: str) -> None:
         self.azure: AzureState = sim.azure
         self.stopping = sim.stopping
-        self.identity = Identity(
-            gce=sim.identity.gce,
-            azure=replace(
+        self.identity = sim.identity.replace(
+            "azure",
+            replace(
                 sim.identity.azure,
                 name=name,
                 vm_id=str(uuid.uuid5(uuid.NAMESPACE_URL, name)),
