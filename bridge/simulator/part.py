@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -86,13 +87,20 @@ class SimulatedProvider(abc.ABC):
     def load(self, state: Any, table: dict[str, Any]) -> None:
         """Apply a scenario's `[<name>]` table (from `parse_table`) to a clean state."""
 
-    @abc.abstractmethod
     def routes(self, sim: Simulator) -> list[web.RouteDef]:
-        """Its vendor endpoints."""
+        """Its vendor endpoints: `routes(sim)` of the `http` module beside the part."""
+        routes: list[web.RouteDef] = self._http().routes(sim)
+        return routes
 
     def control_routes(self, sim: Simulator) -> list[web.RouteDef]:
-        """Its part of the control API (`/_sim/<name>/...`)."""
-        return []
+        """Its part of the control API (`/_sim/<name>/...`): `control_routes(sim)` of the
+        `http` module beside the part."""
+        routes: list[web.RouteDef] = self._http().control_routes(sim)
+        return routes
+
+    def _http(self) -> Any:
+        """The `http` module beside the part, imported when serving (it imports aiohttp)."""
+        return importlib.import_module(type(self).__module__.rpartition(".")[0] + ".http")
 
     @abc.abstractmethod
     def fault_response(self, status: int) -> web.Response:

@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -28,6 +27,7 @@ from .identity import Identity, merge_identity
 from .part import BOTH, SimulatedProvider, choices, names, parts, spelled
 from .requestlog import RequestLog, RequestRecord
 from .scenario import Scenario, Step, load_scenario
+from .serving import Served
 from .vendor import vendor_middleware
 
 logger = logging.getLogger("bridge.simulator")
@@ -37,7 +37,7 @@ ProviderName = str
 _State = TypeVar("_State")
 
 
-class Simulator:
+class Simulator(Served):
     """Local GCE metadata server, Azure IMDS Scheduled Events and/or AWS EC2 IMDS, scriptable
     and faultable: every registered provider's part (`SimulatedProvider`).
 
@@ -210,21 +210,7 @@ class Simulator:
             if not done:
                 self._scheduler.cancel()
             self._scheduler = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Simulator:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        await super().stop()
 
     # -- timeline ---------------------------------------------------------------------------
     def _notify(self) -> None:

@@ -73,16 +73,6 @@ class SimulatedAws(SimulatedProvider):
     def new_state(self, identity: Any, clock: SimClock, notify: Callable[[], None]) -> AwsState:
         return AwsState(identity, clock, notify)
 
-    def routes(self, sim: Simulator) -> list[web.RouteDef]:
-        from .http import aws_routes
-
-        return aws_routes(sim)
-
-    def control_routes(self, sim: Simulator) -> list[web.RouteDef]:
-        from .http import aws_control_routes
-
-        return aws_control_routes(sim)
-
     def fault_response(self, status: int) -> web.Response:
         from .http import error_page
 

@@ -108,7 +108,7 @@ def _parse_start_requests(raw: bytes) -> list[str] | None:
     return ids or None
 
 
-def azure_routes(sim: Simulator) -> list[web.RouteDef]:
+def routes(sim: Simulator) -> list[web.RouteDef]:
     def precheck(request: web.Request, versions: tuple[str, ...]) -> web.Response | None:
         if "X-Forwarded-For" in request.headers:
             return json_response(400, XFF_REJECTED)
@@ -189,7 +189,7 @@ def azure_routes(sim: Simulator) -> list[web.RouteDef]:
     ]
 
 
-def azure_control_routes(sim: Simulator) -> list[web.RouteDef]:
+def control_routes(sim: Simulator) -> list[web.RouteDef]:
     """``/_sim/azure/events...``: add, list, start and remove events live (JSON in and out)."""
 
     async def azure_add(request: web.Request) -> web.StreamResponse:

@@ -74,16 +74,6 @@ class SimulatedAzure(SimulatedProvider):
     def new_state(self, identity: Any, clock: SimClock, notify: Callable[[], None]) -> AzureState:
         return AzureState(identity, clock, notify)
 
-    def routes(self, sim: Simulator) -> list[web.RouteDef]:
-        from .http import azure_routes
-
-        return azure_routes(sim)
-
-    def control_routes(self, sim: Simulator) -> list[web.RouteDef]:
-        from .http import azure_control_routes
-
-        return azure_control_routes(sim)
-
     def fault_response(self, status: int) -> web.Response:
         from .http import json_response
 

@@ -112,7 +112,7 @@ def _flag(value: str | None) -> bool:
     return value is not None and value.lower() == "true"
 
 
-def gce_routes(sim: Simulator) -> list[web.RouteDef]:
+def routes(sim: Simulator) -> list[web.RouteDef]:
     async def handle(request: web.Request) -> web.StreamResponse:
         path = request.path
         if "X-Forwarded-For" in request.headers:
@@ -185,7 +185,7 @@ def gce_routes(sim: Simulator) -> list[web.RouteDef]:
     return [web.route("*", "/{tail:.*}", handle)]
 
 
-def gce_control_routes(sim: Simulator) -> list[web.RouteDef]:
+def control_routes(sim: Simulator) -> list[web.RouteDef]:
     """``/_sim/gce/...``: set, delete and schedule metadata values live (JSON in and out)."""
 
     async def gce_set(request: web.Request) -> web.StreamResponse:

@@ -87,16 +87,6 @@ class SimulatedGce(SimulatedProvider):
         for key, value in table.get("initial", {}).items():
             state.values[key] = value
 
-    def routes(self, sim: Simulator) -> list[web.RouteDef]:
-        from .http import gce_routes
-
-        return gce_routes(sim)
-
-    def control_routes(self, sim: Simulator) -> list[web.RouteDef]:
-        from .http import gce_control_routes
-
-        return gce_control_routes(sim)
-
     def fault_response(self, status: int) -> web.Response:
         from aiohttp import web
 
