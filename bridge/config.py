@@ -14,7 +14,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
@@ -22,17 +22,17 @@ from bridge.actions.coordination.settings import Coordination
 from bridge.contract import ProviderName
 from bridge.infra import platform
 from bridge.infra.validation import ConfigError as ConfigError
-from bridge.infra.validation import FieldError, HttpUrl, render_path, validate_into
+from bridge.infra.validation import FieldError, render_path, validate_into
+from bridge.providers import registry as providers
+from bridge.providers.settings import ProviderSettings
 from sinks import registry
 from sinks.api import SinkConfig
 
 CONFIG_ENV: Final = "MAINTENANCE_BRIDGE_CONFIG"
 ENV_PREFIX: Final = "MAINTENANCE_BRIDGE__"
-GCE_DEFAULT_URL: Final = "http://metadata.google.internal/computeMetadata/v1/"
-AZURE_DEFAULT_URL: Final = "http://169.254.169.254/metadata/"
-AWS_DEFAULT_URL: Final = "http://169.254.169.254/"
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
+_Settings = TypeVar("_Settings", bound=ProviderSettings)
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 
@@ -43,66 +43,51 @@ class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=
     """
 
 
-class BaseUrl(HttpUrl):
-    """A metadata service's base URL; relative paths are joined to it, so it ends in `/`."""
+class _SourceTable(_Section, frozen=True, kw_only=True):
+    """`[source]`: which cloud to watch, and one table per registered provider
+    (`[source.<name>]`, its model in `bridge/providers/<name>/settings.py`), added as fields
+    by `_source_model` from the registry so that a new provider adds no line here."""
 
-    __slots__ = ()
-
-    @classmethod
-    def from_config(cls, value: object) -> Self:
-        url = super().from_config(value)
-        return url if url.endswith("/") else cls(url + "/")
-
-
-class GceSource(_Section, frozen=True, kw_only=True):
-    #: Base URL; default from GCE_METADATA_HOST, else metadata.google.internal.
-    metadata_url: BaseUrl | None = None
-    long_poll_timeout: Annotated[int, msgspec.Meta(ge=1, le=3600)] = 60
-    watch_preempted: bool = True
-    watch_upcoming: bool = True
-    upcoming_poll_interval: Positive = 30.0
-
-    def resolved_url(self, environ: Mapping[str, str] = os.environ) -> str:
-        """Explicit config first, then GCE_METADATA_HOST (as Google's libraries do)."""
-        if self.metadata_url:
-            return self.metadata_url
-        host = environ.get("GCE_METADATA_HOST")
-        if host:
-            return f"http://{host}/computeMetadata/v1/"
-        return GCE_DEFAULT_URL
-
-
-class AzureSource(_Section, frozen=True, kw_only=True):
-    imds_url: BaseUrl = BaseUrl(AZURE_DEFAULT_URL)
-    #: IMDS allows 5 requests/s.
-    poll_interval: Annotated[float, msgspec.Meta(ge=0.2)] = 1.0
-    api_version: str = "2020-07-01"
-    request_timeout: Positive = 10.0
-    first_call_timeout: Positive = 150.0
-
-
-class AwsSource(_Section, frozen=True, kw_only=True):
-    """EC2 instance metadata (IMDSv2); see bridge/providers/aws/watcher.py."""
-
-    imds_url: BaseUrl = BaseUrl(AWS_DEFAULT_URL)
-    #: Spot interruption and rebalance recommendation (two minutes of notice at most).
-    poll_interval: Annotated[float, msgspec.Meta(ge=0.05)] = 1.0
-    #: Scheduled events and the Auto Scaling lifecycle state (days or minutes of notice).
-    maintenance_poll_interval: Positive = 60.0
-    #: Seconds a session token lives (X-aws-ec2-metadata-token-ttl-seconds, 1 to 21600).
-    token_ttl: Annotated[int, msgspec.Meta(ge=1, le=21600)] = 21600
-    #: Read without a token when the token PUT is refused or times out (IMDSv1). Off: IMDSv1
-    #: is what IMDSv2 exists to protect against.
-    imds_v1_fallback: bool = False
-    request_timeout: Positive = 5.0
-
-
-class Source(_Section, frozen=True, kw_only=True):
     provider: Literal["auto", ProviderName] = "auto"
     detect_timeout: Positive = 2.0
-    gce: GceSource = GceSource()
-    azure: AzureSource = AzureSource()
-    aws: AwsSource = AwsSource()
+
+    if TYPE_CHECKING:
+        # The providers' tables are fields made at run time (`_source_model`).
+        def __getattr__(self, name: str) -> Any: ...
+
+    def section(self, name: ProviderName, model: type[_Settings]) -> _Settings:
+        """`[source.<name>]`, typed: what a provider reads its own settings with."""
+        found = getattr(self, name)
+        if not isinstance(found, model):
+            raise TypeError(f"source.{name} is a {type(found).__name__}, not a {model.__name__}")
+        return found
+
+
+def _source_model() -> type[_SourceTable]:
+    """`[source]` with a `[source.<name>]` field per registered provider, in the registry's
+    order (so validation lists their problems in that order), each defaulting to its model's
+    defaults."""
+    fields = []
+    for name in providers.names():
+        model = providers.settings_model(name)
+        fields.append((name, model, model()))
+    source = msgspec.defstruct(
+        "Source",
+        fields,
+        bases=(_SourceTable,),
+        module=__name__,
+        frozen=True,
+        kw_only=True,
+        forbid_unknown_fields=True,
+    )
+    assert issubclass(source, _SourceTable)
+    return source
+
+
+if TYPE_CHECKING:
+    Source = _SourceTable
+else:
+    Source = _source_model()
 
 
 class State(_Section, frozen=True, kw_only=True):

@@ -28,9 +28,9 @@ from bridge.compose import compose
 from bridge.config import Config, parse_config
 from bridge.pipeline import typed_events
 from bridge.pipeline.events import EVENT_TYPES, as_dict, schema
+from bridge.providers.azure.simulated.group import AzureGroup
 from bridge.runner import Bridge, ProviderName
 from bridge.simulator import Simulator, SimulatorThread
-from bridge.simulator.group import AzureGroup
 from sinks.base import Result
 from sinks.memory import MemorySink
 

@@ -203,7 +203,7 @@ async def test_an_approval_is_never_sent_twice_across_restarts(
     async with running_bridge(azure_sim, tmp_path, AZURE, settings=PRESET) as run:
         event_id = azure_sim.azure.add_event(event_type="Reboot", source="User")
         await run.sink.wait_for_type(APPROVED)
-        azure_sim.azure.find(event_id).status = "Scheduled"  # type: ignore[union-attr]
+        azure_sim.azure.find(event_id).status = "Scheduled"
         azure_sim.azure._changed()  # as if the platform had not started it yet
         await run.settle(1.0)
     async with running_bridge(

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import AwsSource
 from bridge.infra.timeparse import parse_optional_time
 from bridge.pipeline.events import to_cloudevent
 from bridge.pipeline.model import Kind, Status
 from bridge.providers.aws import imds
+from bridge.providers.aws.settings import AwsSource
 from bridge.providers.aws.watcher import AwsWatcher, instance_of, new_client
 from tests.support import assert_valid
 

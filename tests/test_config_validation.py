@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from bridge.config import AzureSource, ConfigError, apply_env_overrides, parse_config
+from bridge.config import ConfigError, apply_env_overrides, parse_config
 from bridge.infra.secrets import Secret
 from bridge.infra.validation import validate
+from bridge.providers.azure.settings import AzureSource
 from sinks import eventhubs, registry, webhook
 from sinks.base import Ok
 from tests.factories import sample_events

@@ -26,9 +26,9 @@ from bridge.actions.coordination.settings import Coordination
 from bridge.config import ConfigError, parse_config
 from bridge.infra import platform
 from bridge.infra.validation import validate
+from bridge.providers.azure.simulated.group import AzureGroup
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
-from bridge.simulator.group import AzureGroup
 from bridge.surface import metrics
 from bridge.surface.doctor import Doctor
 from bridge.surface.health import HealthMonitor

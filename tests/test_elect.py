@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from bridge.config import Listener
+from bridge.providers.azure.simulated.group import AzureGroup
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
-from bridge.simulator.group import AzureGroup
 from bridge.surface.health import HealthMonitor
 from bridge.surface.routes import serving
 from tests.etcd_server import EtcdServer

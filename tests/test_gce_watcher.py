@@ -107,8 +107,8 @@ async def test_spot_preemption(gce_sim: Simulator, tmp_path: Path) -> None:
 async def test_upcoming_maintenance_pending_ongoing_done(
     gce_sim: Simulator, tmp_path: Path, case: str, nothing: str
 ) -> None:
-    gce_sim.gce.quirks.upcoming_case = case  # type: ignore[assignment]
-    gce_sim.gce.quirks.upcoming_none = nothing  # type: ignore[assignment]
+    gce_sim.gce.quirks.upcoming_case = case
+    gce_sim.gce.quirks.upcoming_none = nothing
     async with running_bridge(gce_sim, tmp_path) as run:
         await run.settle(0.3)
         gce_sim.gce.set_upcoming_maintenance(dict(UPCOMING_CAMEL))
@@ -214,8 +214,8 @@ async def test_corrupted_plain_values_are_retried_not_announced(
 
 
 async def test_metadata_host_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bridge.config import GceSource
     from bridge.infra.validation import validate
+    from bridge.providers.gce.settings import GceSource
 
     monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:8080")
     assert GceSource().resolved_url() == "http://127.0.0.1:8080/computeMetadata/v1/"

@@ -29,6 +29,10 @@ LAYERS: dict[str, str] = {
     "bridge.config": "config",
     "bridge.pipeline": "pipeline",
     "bridge.providers": "providers",
+    # Names each provider's parts by module; the configuration and the simulator read it.
+    "bridge.providers.registry": "registry",
+    # What the configuration assembles `[source]` from, with each provider's `settings`.
+    "bridge.providers.settings": "config",
     "bridge.actions": "actions",
     "bridge.runner": "runner",
     "bridge.compose": "runner",
@@ -45,9 +49,10 @@ ALLOWED: dict[str, set[str]] = {
     "root": set(),
     "contract": set(),
     "infra": set(),
+    "registry": {"contract"},
     "sinks-api": {"infra", "sinks"},
     "sinks": {"infra", "sinks-api"},
-    "config": {"infra", "contract", "sinks-api"},
+    "config": {"infra", "contract", "sinks-api", "registry"},
     "pipeline": {"infra", "contract", "config", "sinks-api"},
     "providers": {"infra", "contract", "config", "pipeline"},
     "actions": {"infra", "contract", "config", "pipeline", "providers"},
@@ -56,7 +61,7 @@ ALLOWED: dict[str, set[str]] = {
         *("infra", "contract", "config", "pipeline", "providers", "actions", "runner"),
         "sinks-api",
     },
-    "simulator": {"infra", "contract"},
+    "simulator": {"infra", "contract", "registry"},
     # The fleet service verifies webhook signatures with the webhook sink's own code.
     "fleet": {"infra", "contract", "config", "sinks-api", "sinks", "surface", "runner", "pipeline"}
     | {"simulator", "entry"},
@@ -65,6 +70,10 @@ ALLOWED: dict[str, set[str]] = {
         *("surface", "simulator", "fleet", "sinks-api", "sinks"),
     },
 }
+
+# Every layer from the configuration up may read the provider registry.
+for _layer in ("pipeline", "providers", "actions", "runner", "surface", "fleet", "entry"):
+    ALLOWED[_layer].add("registry")
 
 # Named exceptions, each with its reason.
 EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -86,6 +95,14 @@ def _module(path: Path) -> str:
 
 def layer_of(module: str) -> str | None:
     parts = module.split(".")
+    if parts[:2] == ["bridge", "providers"] and len(parts) > 3:
+        # A provider's folder holds its part of two lower layers: its `[source.<name>]`
+        # model (`settings`) belongs to the configuration and its simulated metadata service
+        # (`simulated/`) to the simulator; each reads them through the registry.
+        if parts[3] == "settings":
+            return "config"
+        if parts[3] == "simulated":
+            return "simulator"
     for n in range(len(parts), 0, -1):
         found = LAYERS.get(".".join(parts[:n]))
         if found is not None:
@@ -161,6 +178,9 @@ def test_the_rule_sees_what_it_forbids() -> None:
     ("module", "layer"),
     [
         ("bridge.providers.gce.watcher", "providers"),
+        ("bridge.providers.gce.settings", "config"),
+        ("bridge.providers.registry", "registry"),
+        ("bridge.providers.aws.simulated.http", "simulator"),
         ("sinks.webhook", "sinks"),
         ("sinks.api", "sinks-api"),
         ("bridge.infra.platform.posix", "infra"),

@@ -71,8 +71,8 @@ def _bridge(
 
 async def run_demo(args: argparse.Namespace) -> int:
     from bridge.cli import _install_signal_handlers
+    from bridge.providers.azure.simulated.group import AzureGroup
     from bridge.simulator import Simulator
-    from bridge.simulator.group import AzureGroup
 
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     stop = asyncio.Event()

@@ -4,9 +4,8 @@
 The runner, `provider = "auto"` detection, `doctor` and the actions (through an
 `Approver`, for a cloud that can approve) know providers only through this
 interface and `bridge.providers.registry`; everything specific to a cloud (its metadata
-paths, headers and quirks) stays in the provider's own folder. The configuration section
-(`[source.<name>]`) and the simulator's part are the two pieces still kept elsewhere (see
-docs/architecture.md, "Add a provider").
+paths, headers and quirks, its `[source.<name>]` settings, its simulated metadata service)
+stays in the provider's own folder (docs/architecture.md, "Add a provider").
 """
 
 from __future__ import annotations

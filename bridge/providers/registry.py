@@ -1,8 +1,14 @@
 """The providers the bridge knows, by name: the one list to extend with a new cloud.
 
-Like `sinks.registry`, a provider's module is imported only when it is asked for, so the
-registry itself costs nothing at start-up. The order is detection's: the first provider
-whose metadata service answers is the one watched.
+Each name maps to the provider's package (`bridge/providers/<name>/`), which holds by
+convention `provider.py` (its `PROVIDER`, a `bridge.providers.base.Provider`),
+`settings.py` (its `SETTINGS`, the `[source.<name>]` table's model) and `simulated/part.py`
+(its `SIMULATED`, the simulated metadata service). Like `sinks.registry`, a module is imported
+only when it is asked for: `bridge/config.py` asks for the settings only (tiny modules), and
+a VM pays only for the watcher it runs. The order is detection's: the first provider whose
+metadata service answers is the one watched.
+
+A configuration-layer module (tests/test_layers.py): the configuration reads it.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ from bridge.contract import ProviderName
 
 if TYPE_CHECKING:
     from bridge.providers.base import Provider
+    from bridge.providers.settings import ProviderSettings
+    from bridge.simulator.part import SimulatedProvider
 
-#: name -> module holding its `PROVIDER` (a `bridge.providers.base.Provider`).
+#: name -> the provider's package.
 PROVIDERS: Final[dict[ProviderName, str]] = {
-    "gce": "bridge.providers.gce.provider",
-    "azure": "bridge.providers.azure.provider",
-    "aws": "bridge.providers.aws.provider",
+    "gce": "bridge.providers.gce",
+    "azure": "bridge.providers.azure",
+    "aws": "bridge.providers.aws",
 }
 
 
@@ -28,7 +36,20 @@ def names() -> tuple[ProviderName, ...]:
 
 
 def get(name: ProviderName) -> Provider:
-    found: Provider = importlib.import_module(PROVIDERS[name]).PROVIDER
+    found: Provider = importlib.import_module(f"{PROVIDERS[name]}.provider").PROVIDER
+    return found
+
+
+def settings_model(name: ProviderName) -> type[ProviderSettings]:
+    """The model of `[source.<name>]` (imports the provider's `settings.py` only)."""
+    found: type[ProviderSettings] = importlib.import_module(f"{PROVIDERS[name]}.settings").SETTINGS
+    return found
+
+
+def simulated(name: ProviderName) -> SimulatedProvider:
+    """Its part of the simulator (imports the provider's `simulated/part.py`)."""
+    module = importlib.import_module(f"{PROVIDERS[name]}.simulated.part")
+    found: SimulatedProvider = module.SIMULATED
     return found
 
 

@@ -4,18 +4,20 @@ AWS EC2 instance metadata (IMDSv2).
 It serves the vendors' URLs, headers, status codes and long-poll behavior, plays scripted
 scenarios on a compressible clock, injects faults, and can be driven live from Python or over
 HTTP (``/_sim/``).  See docs/simulator.md.
+
+Each cloud's part (its state, routes, identity, scenario steps and vendor headers) lives in
+its provider's folder, ``bridge/providers/<name>/simulated/``, behind
+:class:`~bridge.simulator.part.SimulatedProvider`; this package is what they share.
 """
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .aws import AwsState
-    from .azure import AzureState
     from .clock import SimClock
     from .faults import Faults
-    from .gce import GceState
-    from .identity import AwsIdentity, AzureIdentity, GceIdentity, Identity
+    from .identity import Identity
+    from .part import SimulatedProvider
     from .requestlog import RequestRecord
     from .scenario import (
         Scenario,
@@ -31,15 +33,10 @@ if TYPE_CHECKING:
 # Names are imported on first use (PEP 562): `maintenance-bridge run` builds its argument
 # parser with the `simulate` options but must not pay for aiohttp at start-up.
 _HOMES = {
-    "AwsState": "aws",
-    "AwsIdentity": "identity",
-    "AzureState": "azure",
     "SimClock": "clock",
     "Faults": "faults",
-    "GceState": "gce",
-    "AzureIdentity": "identity",
-    "GceIdentity": "identity",
     "Identity": "identity",
+    "SimulatedProvider": "part",
     "RequestRecord": "requestlog",
     "Scenario": "scenario",
     "ScenarioError": "scenario",
@@ -59,19 +56,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AwsIdentity",
-    "AwsState",
-    "AzureIdentity",
-    "AzureState",
     "Faults",
-    "GceIdentity",
-    "GceState",
     "Identity",
     "RequestRecord",
     "Scenario",
     "ScenarioError",
     "ScenarioInfo",
     "SimClock",
+    "SimulatedProvider",
     "Simulator",
     "SimulatorThread",
     "Step",

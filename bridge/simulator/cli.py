@@ -10,6 +10,7 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from .part import choices
 from .scenario import ScenarioError, list_scenarios
 
 if TYPE_CHECKING:  # imported when serving: the main CLI mounts add_arguments at every start
@@ -21,7 +22,7 @@ DEFAULT_PORT = 8181
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--provider",
-        choices=("gce", "azure", "both", "aws", "all"),
+        choices=choices(),
         default="both",
         help="which metadata service(s) to serve (default: both = GCE and Azure, on one port; "
         "all adds AWS)",
@@ -45,28 +46,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _banner(sim: Simulator, out: TextIO) -> None:
+    from .part import parts
+
     scenario = sim.scenario.name if sim.scenario else "(none: drive it through /_sim/)"
     lines = [
         f"maintenance-bridge simulator: provider={sim.provider} scenario={scenario} "
         f"speed={sim.speed:g}",
         f"  control API : {sim.base_url}/_sim/state",
     ]
-    if sim.serves("gce"):
-        lines += [
-            f"  GCE metadata: {sim.gce_url}",
-            f"    export GCE_METADATA_HOST={sim.gce_host}",
-            f"    bridge config: source.gce.metadata_url = {sim.gce_url}",
-        ]
-    if sim.serves("azure"):
-        lines += [
-            f"  Azure IMDS  : {sim.azure_url}scheduledevents?api-version=2020-07-01",
-            f"    bridge config: source.azure.imds_url = {sim.azure_url}",
-        ]
-    if sim.serves("aws"):
-        lines += [
-            f"  AWS IMDS    : {sim.aws_url}latest/meta-data/spot/instance-action (IMDSv2)",
-            f"    bridge config: source.aws.imds_url = {sim.aws_url}",
-        ]
+    for simulated in parts():
+        if sim.serves(simulated.name):
+            lines += simulated.banner(sim)
     lines.append("Press Ctrl-C to stop.")
     print("\n".join(lines), file=out, flush=True)
 

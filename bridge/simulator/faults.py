@@ -11,18 +11,22 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Provider = Literal["gce", "azure", "aws"]
-FaultTarget = Literal["gce", "azure", "aws", "all"]
+from .part import names, parts, spelled
+
+#: A provider's name (its faults) or "all".
+FaultTarget = str
 RATE_LIMIT_PER_SECOND = 5
 
 
 @dataclass
 class FaultSet:
-    """Faults of one provider.  ``rate_limit`` defaults to on for Azure (documented 5/s)."""
+    """Faults of one provider.  ``rate_limit`` defaults to on where the vendor documents one
+    (Azure: 5/s)."""
 
-    provider: Provider
+    provider: str
+    rate_limited: bool = False
     status_burst: tuple[int, int] | None = None
     latency: float = 0.0
     drop: int = 0
@@ -38,7 +42,7 @@ class FaultSet:
         self.latency = 0.0
         self.drop = self.malformed = self.missing_vendor_header = self.redirect = 0
         self.hang = False
-        self.rate_limit = self.provider == "azure"
+        self.rate_limit = self.rate_limited
         self._hits.clear()
 
     def as_dict(self) -> dict[str, Any]:
@@ -92,26 +96,30 @@ _FIELDS = (
 
 
 class Faults:
-    """``sim.faults``: ``set(provider=..., **faults)`` and ``clear()``."""
+    """``sim.faults``: ``set(provider=..., **faults)`` and ``clear()``; ``faults.<provider>``
+    is one provider's `FaultSet`."""
 
     def __init__(self) -> None:
-        self.gce = FaultSet("gce")
-        self.azure = FaultSet("azure")
-        self.aws = FaultSet("aws")
-        self.gce.reset()
-        self.azure.reset()
-        self.aws.reset()
+        self.sets = {p.name: FaultSet(p.name, p.rate_limited) for p in parts()}
+        for faults in self.sets.values():
+            faults.reset()
         self.unhang = asyncio.Event()
         """Set when ``hang`` is cleared (or the server stops) to release hanging requests."""
 
-    def for_provider(self, provider: Provider) -> FaultSet:
-        return {"gce": self.gce, "azure": self.azure, "aws": self.aws}[provider]
+    def __getattr__(self, name: str) -> FaultSet:
+        try:
+            return self.__dict__["sets"][name]  # type: ignore[no-any-return]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def for_provider(self, provider: str) -> FaultSet:
+        return self.sets[provider]
 
     def _targets(self, provider: FaultTarget) -> list[FaultSet]:
         if provider == "all":
-            return [self.gce, self.azure, self.aws]
-        if provider not in ("gce", "azure", "aws"):
-            raise ValueError("provider must be 'gce', 'azure', 'aws' or 'all'")
+            return list(self.sets.values())
+        if provider not in self.sets:
+            raise ValueError(f"provider must be {spelled((*names(), 'all'))}")
         return [self.for_provider(provider)]
 
     def set(self, provider: FaultTarget = "all", **faults: Any) -> None:
@@ -147,4 +155,4 @@ class Faults:
         event.set()
 
     def snapshot(self) -> dict[str, Any]:
-        return {"gce": self.gce.as_dict(), "azure": self.azure.as_dict(), "aws": self.aws.as_dict()}
+        return {name: faults.as_dict() for name, faults in self.sets.items()}

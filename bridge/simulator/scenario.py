@@ -8,78 +8,17 @@ compresses them.  See docs/simulator.md for the format.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
-PROVIDERS = ("gce", "azure", "both", "aws", "all")
+from .part import ActionParams, choices, names, part, parts
 
-# action -> (required params, optional params)
-ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "gce.set": (frozenset({"key", "value"}), frozenset()),
-    "gce.upcoming": (
-        frozenset(),
-        frozenset(
-            {
-                "type",
-                "maintenance_status",
-                "can_reschedule",
-                "window_start_in",
-                "window_end_in",
-                "latest_window_start_in",
-                "window_start_time",
-                "window_end_time",
-                "latest_window_start_time",
-                "maintenance_reasons",
-            }
-        ),
-    ),
-    "gce.upcoming.clear": (frozenset(), frozenset()),
-    "azure.add": (
-        frozenset(),
-        frozenset(
-            {
-                "event_id",
-                "event_type",
-                "resources",
-                "status",
-                "not_before_in",
-                "description",
-                "source",
-                "duration",
-                "started_for",
-                "auto_complete",
-            }
-        ),
-    ),
-    "azure.start": (frozenset({"event_id"}), frozenset()),
-    "azure.remove": (frozenset({"event_id"}), frozenset()),
-    "azure.approve": (frozenset({"event_id"}), frozenset()),
-    "aws.spot": (frozenset(), frozenset({"spot_action", "time_in"})),
-    "aws.spot.clear": (frozenset(), frozenset()),
-    "aws.rebalance": (frozenset(), frozenset()),
-    "aws.rebalance.clear": (frozenset(), frozenset()),
-    "aws.event": (
-        frozenset(),
-        frozenset(
-            {
-                "event_id",
-                "code",
-                "description",
-                "state",
-                "not_before_in",
-                "not_after_in",
-                "deadline_in",
-            }
-        ),
-    ),
-    "aws.event.state": (frozenset({"event_id", "state"}), frozenset()),
-    "aws.event.complete": (frozenset({"event_id"}), frozenset()),
-    "aws.event.cancel": (frozenset({"event_id"}), frozenset()),
-    "aws.event.remove": (frozenset({"event_id"}), frozenset()),
-    "aws.lifecycle": (frozenset({"state"}), frozenset()),
-    "aws.tokens.expire": (frozenset(), frozenset()),
+# action -> (required params, optional params), besides each provider's own
+# (`SimulatedProvider.actions`, named `<provider>.<verb>`).
+COMMON_ACTIONS: dict[str, ActionParams] = {
     "fault.set": (
         frozenset(),
         frozenset(
@@ -99,6 +38,16 @@ ACTIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "fault.clear": (frozenset(), frozenset({"provider"})),
     "log": (frozenset(), frozenset()),
 }
+
+
+def actions() -> dict[str, ActionParams]:
+    """Every scenario action: the providers' and the common ones."""
+    found: dict[str, ActionParams] = {}
+    for simulated in parts():
+        found.update(simulated.actions)
+    return found | COMMON_ACTIONS
+
+
 _STEP_KEYS = frozenset({"at", "action", "note", "unwatched_delay"})
 
 
@@ -132,7 +81,8 @@ class Scenario:
     description: str = ""
     identity: dict[str, Any] = field(default_factory=dict)
     quirks: dict[str, dict[str, Any]] = field(default_factory=dict)
-    gce_initial: dict[str, str] = field(default_factory=dict)
+    #: A provider's own top-level table (`SimulatedProvider.parse_table`), by provider.
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     steps: tuple[Step, ...] = ()
     source: str = ""
 
@@ -179,26 +129,23 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
 def parse_scenario(data: dict[str, Any], *, source: str = "", default_name: str = "") -> Scenario:
     """Validate a scenario mapping (as read from TOML) and build a :class:`Scenario`."""
     where = source or "scenario"
-    allowed = {"name", "provider", "description", "identity", "quirks", "gce", "steps"}
+    own = {p.name for p in parts() if p.scenario_table}
+    allowed = {"name", "provider", "description", "identity", "quirks", "steps"} | own
     unknown = set(data) - allowed
     if unknown:
         raise ScenarioError(f"{where}: unknown top-level keys {sorted(unknown)}")
     provider = data.get("provider", "both")
-    if provider not in PROVIDERS:
-        raise ScenarioError(f"{where}: provider must be one of {PROVIDERS}")
+    if provider not in choices():
+        raise ScenarioError(f"{where}: provider must be one of {choices()}")
     quirks = data.get("quirks", {})
-    if set(quirks) - {"gce", "azure", "aws"}:
-        raise ScenarioError(
-            f"{where}: [quirks] takes [quirks.gce], [quirks.azure] and [quirks.aws] tables"
-        )
+    if set(quirks) - set(names()):
+        listed = _listed(f"[quirks.{name}]" for name in names())
+        raise ScenarioError(f"{where}: [quirks] takes {listed} tables")
     identity = data.get("identity", {})
-    if set(identity) - {"gce", "azure", "aws"}:
-        raise ScenarioError(
-            f"{where}: [identity] takes [identity.gce], [identity.azure] and [identity.aws]"
-        )
-    gce = data.get("gce", {})
-    if set(gce) - {"initial"}:
-        raise ScenarioError(f"{where}: [gce] only takes an [gce.initial] table")
+    if set(identity) - set(names()):
+        listed = _listed(f"[identity.{name}]" for name in names())
+        raise ScenarioError(f"{where}: [identity] takes {listed}")
+    tables = {name: part(name).parse_table(data[name], where) for name in own if name in data}
     steps = [
         _parse_step(raw, f"{where}: step {i + 1}") for i, raw in enumerate(data.get("steps", []))
     ]
@@ -209,22 +156,29 @@ def parse_scenario(data: dict[str, Any], *, source: str = "", default_name: str 
         description=str(data.get("description", "")),
         identity=identity,
         quirks=quirks,
-        gce_initial={str(k): str(v) for k, v in gce.get("initial", {}).items()},
+        tables=tables,
         steps=tuple(steps),
         source=source,
     )
+
+
+def _listed(items: Iterable[str]) -> str:
+    """`a, b and c`."""
+    words = list(items)
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
 
 
 def _parse_step(raw: dict[str, Any], where: str) -> Step:
     if "at" not in raw or "action" not in raw:
         raise ScenarioError(f"{where}: needs 'at' and 'action'")
     action = raw["action"]
-    if action not in ACTIONS:
-        raise ScenarioError(f"{where}: unknown action {action!r}; known: {sorted(ACTIONS)}")
+    known = actions()
+    if action not in known:
+        raise ScenarioError(f"{where}: unknown action {action!r}; known: {sorted(known)}")
     at = raw["at"]
     if not isinstance(at, int | float) or at < 0:
         raise ScenarioError(f"{where}: 'at' must be a number of sim seconds >= 0")
-    required, optional = ACTIONS[action]
+    required, optional = known[action]
     params = {k: v for k, v in raw.items() if k not in _STEP_KEYS}
     missing = required - set(params)
     if missing:

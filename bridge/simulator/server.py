@@ -15,42 +15,35 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal
+from typing import Any, TypeVar
 
 from aiohttp import web
 
-from .aws import AwsState
-from .aws_http import aws_control_routes, aws_routes
-from .azure import AzureState
-from .azure_http import azure_routes
 from .changes import ChangeSignal
-from .clock import SimClock, rfc3339
+from .clock import SimClock
 from .control import control_routes
 from .faults import Faults
-from .gce import GceState
-from .gce_http import gce_routes
 from .identity import Identity, merge_identity
+from .part import BOTH, SimulatedProvider, choices, names, parts, spelled
 from .requestlog import RequestLog, RequestRecord
 from .scenario import Scenario, Step, load_scenario
+from .serving import Served
 from .vendor import vendor_middleware
 
 logger = logging.getLogger("bridge.simulator")
 
-#: "both" is GCE and Azure (as before AWS existed); "all" adds AWS.
-ProviderName = Literal["gce", "azure", "both", "aws", "all"]
-_UPCOMING_TIME_FIELDS = {
-    "window_start_in": "window_start_time",
-    "window_end_in": "window_end_time",
-    "latest_window_start_in": "latest_window_start_time",
-}
+#: A provider's name, "both" (GCE and Azure, as before AWS existed) or "all".
+ProviderName = str
+_State = TypeVar("_State")
 
 
-class Simulator:
+class Simulator(Served):
     """Local GCE metadata server, Azure IMDS Scheduled Events and/or AWS EC2 IMDS, scriptable
-    and faultable.
+    and faultable: every registered provider's part (`SimulatedProvider`).
 
     Use ``async with Simulator(...) as sim`` (or ``await sim.start()`` / ``await sim.stop()``).
+    ``sim.<provider>`` is that provider's state (``sim.gce``), and each part adds its URL
+    (``sim.gce_url``) and what else it names (`SimulatedProvider.attributes`).
     """
 
     def __init__(
@@ -63,9 +56,11 @@ class Simulator:
         identity: Identity | dict[str, Any] | None = None,
         on_step: Callable[[float, str], None] | None = None,
     ) -> None:
-        if provider not in ("gce", "azure", "both", "aws", "all"):
-            raise ValueError("provider must be 'gce', 'azure', 'aws', 'both' or 'all'")
+        if provider not in choices():
+            raise ValueError(f"provider must be {spelled((*names(), 'both', 'all'))}")
         self.provider: ProviderName = provider
+        #: The parts, the one answering every path no other claims last (its routes too).
+        self.parts = sorted(parts(), key=lambda simulated: not simulated.path_prefix)
         self.host = host
         self.port = port
         self.clock = SimClock(speed)
@@ -86,38 +81,42 @@ class Simulator:
         self._scheduler: asyncio.Task[None] | None = None
         self.scenario: Scenario | None = None
         self.identity = Identity()
-        self.gce: GceState
-        self.azure: AzureState
-        self.aws: AwsState
+        self.states: dict[str, Any] = {}
+        """Each provider's state, by name (also ``sim.<name>``)."""
         self.clock.on_advance(self._fire_due)
         self.load(scenario)
 
     # -- properties -------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        """``sim.<provider>`` (its state) and the parts' attributes (``sim.<provider>_url``)."""
+        states = self.__dict__.get("states", {})
+        if name in states:
+            return states[name]
+        for simulated in self.__dict__.get("parts", ()):
+            attributes = simulated.attributes(self)
+            if name in attributes:
+                return attributes[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def state_of(self, name: str, kind: type[_State]) -> _State:
+        """Provider `name`'s state, typed: what its own code reads it with."""
+        found = self.states[name]
+        if not isinstance(found, kind):
+            raise TypeError(f"sim.{name} is a {type(found).__name__}, not a {kind.__name__}")
+        return found
+
     @property
     def speed(self) -> float:
         return self.clock.speed
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.gce_host}"
+        return f"http://{self.address}"
 
     @property
-    def gce_host(self) -> str:
-        """``host:port``, the form ``GCE_METADATA_HOST`` takes."""
+    def address(self) -> str:
+        """``host:port``."""
         return f"{self.host}:{self.port}"
-
-    @property
-    def gce_url(self) -> str:
-        return f"{self.base_url}/computeMetadata/v1/"
-
-    @property
-    def azure_url(self) -> str:
-        return f"{self.base_url}/metadata/"
-
-    @property
-    def aws_url(self) -> str:
-        """The IMDS base URL (`source.aws.imds_url`): paths start with ``latest/``."""
-        return f"{self.base_url}/"
 
     @property
     def requests(self) -> list[RequestRecord]:
@@ -127,7 +126,7 @@ class Simulator:
     def serves(self, provider: str) -> bool:
         if self.provider == "all":
             return True
-        return self.provider == provider or (self.provider == "both" and provider != "aws")
+        return self.provider == provider or (self.provider == "both" and provider in BOTH)
 
     # -- scenario -------------------------------------------------------------------------
     def load(self, scenario: str | Path | Scenario | None) -> None:
@@ -146,30 +145,32 @@ class Simulator:
         self.identity = merge_identity(identity, self._identity_overrides)
         self.clock.reset()
         self.faults.clear()
-        self.gce = GceState(self.identity.gce, self._notify)
-        self.azure = AzureState(self.identity.azure, self.clock, self._notify)
-        self.aws = AwsState(self.identity.aws, self.clock, self._notify)
+        self.states = {
+            p.name: p.new_state(getattr(self.identity, p.name), self.clock, self._notify)
+            for p in parts()
+        }
         self._timeline = []
         self.fired = []
         if scenario is not None:
-            self.gce.quirks.update(scenario.quirks.get("gce", {}))
-            self.azure.quirks.update(scenario.quirks.get("azure", {}))
-            self.aws.quirks.update(scenario.quirks.get("aws", {}))
-            for key, value in scenario.gce_initial.items():
-                self.gce.values[key] = value
+            for simulated in parts():
+                state = self.states[simulated.name]
+                state.quirks.update(scenario.quirks.get(simulated.name, {}))
+                simulated.load(state, scenario.tables.get(simulated.name, {}))
             for step in scenario.steps:
                 if self._step_applies(step):
                     heapq.heappush(self._timeline, (step.at, next(self._seq), step))
         self._notify()
 
     def _step_applies(self, step: Step) -> bool:
-        if step.action.startswith("gce."):
-            return self.serves("gce")
-        if step.action.startswith("azure."):
-            return self.serves("azure")
-        if step.action.startswith("aws."):
-            return self.serves("aws")
-        return True
+        owner = self._owner(step.action)
+        return owner is None or self.serves(owner.name)
+
+    def _owner(self, action: str) -> SimulatedProvider | None:
+        """The provider whose scenario action this is (`<name>.<verb>`)."""
+        for simulated in self.parts:
+            if action.startswith(simulated.name + "."):
+                return simulated
+        return None
 
     @property
     def pending_steps(self) -> list[tuple[float, str]]:
@@ -179,13 +180,12 @@ class Simulator:
     async def start(self) -> None:
         """Bind and serve; with ``port=0`` a free port is picked (read ``base_url``)."""
         app = web.Application(middlewares=[vendor_middleware(self)])
-        app.add_routes(aws_control_routes(self))  # before the control API's catch-all
+        for simulated in self.parts:  # before the control API's catch-all
+            app.add_routes(simulated.control_routes(self))
         app.add_routes(control_routes(self))
-        if self.serves("azure"):
-            app.add_routes(azure_routes(self))
-        if self.serves("aws"):
-            app.add_routes(aws_routes(self))
-        app.add_routes(gce_routes(self))  # GCE owns the catch-all, so it comes last
+        for simulated in self.parts:  # the one owning the catch-all comes last
+            if self.serves(simulated.name) or not simulated.path_prefix:
+                app.add_routes(simulated.routes(self))
         self.stopping = asyncio.Event()
         self._runner = web.AppRunner(
             app, handle_signals=False, access_log=None, shutdown_timeout=1.0
@@ -210,21 +210,7 @@ class Simulator:
             if not done:
                 self._scheduler.cancel()
             self._scheduler = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> Simulator:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        await super().stop()
 
     # -- timeline ---------------------------------------------------------------------------
     def _notify(self) -> None:
@@ -248,21 +234,31 @@ class Simulator:
 
     def _next_due(self) -> float | None:
         times = [self._timeline[0][0]] if self._timeline else []
-        azure_due = self.azure.next_due()
-        if azure_due is not None:
-            times.append(azure_due)
+        due = self._next_transition()
+        if due is not None:
+            times.append(due[0])
         return min(times) if times else None
 
+    def _next_transition(self) -> tuple[float, SimulatedProvider] | None:
+        """The earliest automatic transition of a provider's state (Azure's), if any."""
+        found: tuple[float, SimulatedProvider] | None = None
+        for simulated in self.parts:
+            at = simulated.next_due(self.states[simulated.name])
+            if at is not None and (found is None or at < found[0]):
+                found = (at, simulated)
+        return found
+
     def _fire_due(self) -> None:
-        """Fire steps and Azure auto-transitions that are due, in sim-time order."""
+        """Fire steps and automatic transitions that are due, in sim-time order."""
         now = self.clock.now()
         while True:
             step_at = self._timeline[0][0] if self._timeline else None
-            azure_at = self.azure.next_due()
-            if azure_at is not None and azure_at <= now and (step_at is None or azure_at < step_at):
-                text = self.azure.fire_due(azure_at)
+            due = self._next_transition()
+            if due is not None and due[0] <= now and (step_at is None or due[0] < step_at):
+                at, simulated = due
+                text = simulated.fire_due(self.states[simulated.name], at)
                 if text:
-                    self._record(azure_at, text)
+                    self._record(at, text)
                 continue
             if step_at is None or step_at > now:
                 return
@@ -273,38 +269,23 @@ class Simulator:
                 logger.exception("scenario step failed: %s", step.describe())
 
     def _execute(self, at: float, step: Step) -> None:
-        if step.unwatched_delay is not None and not self.gce.maintenance_event_watched:
+        skipping = [p for p in self.parts if p.skips_warnings(self.states[p.name])]
+        if step.unwatched_delay is not None and skipping:
             # Compute Engine skips the 60 s warning when the key was not queried since the
             # last event: the value only appears when the event itself begins.
             deferred = replace(step, unwatched_delay=None)
             heapq.heappush(self._timeline, (at + step.unwatched_delay, next(self._seq), deferred))
             self._record(
                 at,
-                "instance/maintenance-event not queried since the last event: warning skipped, "
+                f"{skipping[0].unwatched_reason}: warning skipped, "
                 f"{step.action} postponed by {step.unwatched_delay:g} s",
             )
             return
         params = dict(step.params)
         action = step.action
-        if action == "gce.set":
-            self.gce.set(str(params["key"]), str(params["value"]))
-        elif action == "gce.upcoming":
-            for rel, absolute in _UPCOMING_TIME_FIELDS.items():
-                if rel in params:
-                    params[absolute] = rfc3339(self.clock.wall_time_of(at + params.pop(rel)))
-            self.gce.set_upcoming_maintenance(params)
-        elif action == "gce.upcoming.clear":
-            self.gce.set_upcoming_maintenance(None)
-        elif action == "azure.add":
-            self.azure.add_event(**params, at=at)
-        elif action == "azure.start":
-            self.azure.start_event(str(params["event_id"]), at=at)
-        elif action == "azure.remove":
-            self.azure.remove_event(str(params["event_id"]))
-        elif action == "azure.approve":
-            self.azure.approve([str(params["event_id"])], client="scenario", user_agent="")
-        elif action.startswith("aws."):
-            self._execute_aws(action, params, at)
+        owner = self._owner(action)
+        if owner is not None:
+            owner.execute(self, action, params, at)
         elif action == "fault.set":
             if isinstance(params.get("status_burst"), list):
                 params["status_burst"] = tuple(params["status_burst"])
@@ -312,32 +293,6 @@ class Simulator:
         elif action == "fault.clear":
             self.faults.clear(params.get("provider", "all"))
         self._record(at, step.describe())
-
-    def _execute_aws(self, action: str, params: dict[str, Any], at: float) -> None:
-        aws = self.aws
-        if action == "aws.spot":
-            action_name = str(params.get("spot_action", "terminate"))
-            aws.interrupt(action_name, float(params.get("time_in", 120.0)), at=at)
-        elif action == "aws.spot.clear":
-            aws.clear_spot()
-        elif action == "aws.rebalance":
-            aws.recommend_rebalance(at=at)
-        elif action == "aws.rebalance.clear":
-            aws.clear_rebalance()
-        elif action == "aws.event":
-            aws.add_event(**params, at=at)
-        elif action == "aws.event.state":
-            aws.set_event_state(str(params["event_id"]), str(params["state"]))
-        elif action == "aws.event.complete":
-            aws.complete_event(str(params["event_id"]))
-        elif action == "aws.event.cancel":
-            aws.cancel_event(str(params["event_id"]))
-        elif action == "aws.event.remove":
-            aws.remove_event(str(params["event_id"]))
-        elif action == "aws.lifecycle":
-            aws.set_lifecycle(params["state"] or None)
-        elif action == "aws.tokens.expire":
-            aws.expire_tokens()
 
     def _record(self, at: float, text: str) -> None:
         self.fired.append((at, text))
@@ -348,26 +303,15 @@ class Simulator:
     # -- snapshot -----------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         """Everything ``GET /_sim/state`` shows."""
-        from dataclasses import asdict
-
         return {
             "provider": self.provider,
             "scenario": self.scenario.name if self.scenario else None,
             "speed": self.speed,
             "sim_time": self.clock.now(),
             "base_url": self.base_url,
-            "gce_url": self.gce_url,
-            "azure_url": self.azure_url,
-            "aws_url": self.aws_url,
-            "identity": {
-                "gce": asdict(self.identity.gce),
-                "azure": asdict(self.identity.azure)
-                | {"resource_id": self.identity.azure.resource_id},
-                "aws": asdict(self.identity.aws),
-            },
-            "gce": self.gce.snapshot(),
-            "azure": self.azure.snapshot(),
-            "aws": self.aws.snapshot(),
+            **{f"{p.name}_url": p.url(self.base_url) for p in parts()},
+            "identity": {p.name: p.identity_json(getattr(self.identity, p.name)) for p in parts()},
+            **{p.name: self.states[p.name].snapshot() for p in parts()},
             "faults": self.faults.snapshot(),
             "fired_steps": [{"at": at, "step": text} for at, text in self.fired],
             "pending_steps": [{"at": at, "step": text} for at, text in self.pending_steps],

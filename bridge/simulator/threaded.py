@@ -18,24 +18,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from .aws import AwsQuirks, AwsState
-from .azure import AzureQuirks, AzureState
 from .clock import SimClock
 from .faults import Faults, FaultSet
-from .gce import GceQuirks, GceState
 from .identity import Identity
+from .part import parts
 from .requestlog import RequestRecord
 from .scenario import Scenario
 from .server import ProviderName, Simulator
 
 T = TypeVar("T")
 _PROXIED = (
-    GceState,
-    AzureState,
-    AwsState,
-    GceQuirks,
-    AzureQuirks,
-    AwsQuirks,
+    *(kind for simulated in parts() for kind in simulated.proxied),
     Faults,
     FaultSet,
     SimClock,
@@ -95,8 +88,8 @@ class LoopProxy:
 class SimulatorThread:
     """Blocking wrapper: ``with SimulatorThread(provider="gce", scenario=...) as sim: ...``.
 
-    Same constructor and attributes as :class:`Simulator`; ``gce``, ``azure``, ``faults`` and
-    ``clock`` are thread-safe proxies.
+    Same constructor and attributes as :class:`Simulator`; each provider's state (``gce``,
+    ``azure``, ...), ``faults`` and ``clock`` are thread-safe proxies.
     """
 
     def __init__(
@@ -191,17 +184,14 @@ class SimulatorThread:
             raise RuntimeError("SimulatorThread is not started")
         return LoopProxy(self.call(getattr, self.simulator, name), self._caller)
 
-    @property
-    def gce(self) -> GceState:
-        return cast(GceState, self._proxy("gce"))
-
-    @property
-    def azure(self) -> AzureState:
-        return cast(AzureState, self._proxy("azure"))
-
-    @property
-    def aws(self) -> AwsState:
-        return cast(AwsState, self._proxy("aws"))
+    def __getattr__(self, name: str) -> Any:
+        """A provider's state (``sim.gce``, proxied) and the parts' attributes
+        (``sim.gce_url``), as :class:`Simulator` has them."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in {simulated.name for simulated in parts()}:
+            return self._proxy(name)
+        return getattr(self.simulator, name)
 
     @property
     def faults(self) -> Faults:
@@ -240,19 +230,3 @@ class SimulatorThread:
     @property
     def base_url(self) -> str:
         return self.simulator.base_url
-
-    @property
-    def gce_url(self) -> str:
-        return self.simulator.gce_url
-
-    @property
-    def azure_url(self) -> str:
-        return self.simulator.azure_url
-
-    @property
-    def aws_url(self) -> str:
-        return self.simulator.aws_url
-
-    @property
-    def gce_host(self) -> str:
-        return self.simulator.gce_host

@@ -1,15 +1,15 @@
 """Middleware in front of the vendor endpoints: request log, faults, vendor headers.
 
-Faults are applied here, outside the GCE/Azure handlers, so every fault works the same way on
-every endpoint, and so GCE's ``Metadata-Flavor: Google`` is added to *every* GCE response
-(errors, 404s, fault answers) in one place - except when the ``missing_vendor_header`` fault
-deliberately leaves it out.
+Faults are applied here, outside the providers' handlers, so every fault works the same way on
+every endpoint, and so a vendor's response headers (GCE's ``Metadata-Flavor: Google``) are
+added to *every* response (errors, 404s, fault answers) in one place, by the provider's part
+(`SimulatedProvider.finish`) - except when the ``missing_vendor_header`` fault deliberately
+leaves them out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -21,46 +21,24 @@ from .faults import FaultSet
 from .requestlog import RequestRecord
 
 if TYPE_CHECKING:
+    from .part import SimulatedProvider
     from .server import Simulator
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-GCE_HEADERS = {
-    "Metadata-Flavor": "Google",
-    "Server": "Metadata Server for VM",
-    "X-XSS-Protection": "0",
-    "X-Frame-Options": "SAMEORIGIN",
-}
 REDIRECT_TARGET = "/_sim/redirect-target"
 
 
-def provider_of(sim: Simulator, path: str) -> str:
-    """Which vendor answers ``path``: Azure owns /metadata, AWS /latest, GCE everything else."""
-    if path.startswith("/metadata") and sim.serves("azure"):
-        return "azure"
-    if path.startswith("/latest/") and sim.serves("aws"):
-        return "aws"
-    return "gce" if sim.serves("gce") else "none"
-
-
-def json_response(status: int, payload: object) -> web.Response:
-    """Azure-style compact JSON answer."""
-    return web.Response(
-        status=status,
-        body=json.dumps(payload, separators=(",", ":")).encode(),
-        headers={"Content-Type": "application/json; charset=utf-8"},
-    )
-
-
-def _status_response(provider: str, status: int) -> web.Response:
-    if provider == "aws":
-        from .aws_http import error_page
-
-        return error_page(status)
-    if provider == "azure":
-        return json_response(status, {"error": f"Simulated fault: HTTP {status}"})
-    return web.Response(
-        status=status, body=f"HTTP {status}\n".encode(), headers={"Content-Type": "text/html"}
-    )
+def provider_of(sim: Simulator, path: str) -> SimulatedProvider | None:
+    """Which served provider answers ``path``: the one claiming its prefix (Azure
+    ``/metadata``, AWS ``/latest/``), else the one answering everything else (GCE)."""
+    for simulated in sim.parts:
+        claims = simulated.path_prefix and path.startswith(simulated.path_prefix)
+        if claims and sim.serves(simulated.name):
+            return simulated
+    for simulated in sim.parts:
+        if not simulated.path_prefix and sim.serves(simulated.name):
+            return simulated
+    return None
 
 
 def _corrupt(response: web.Response) -> None:
@@ -98,11 +76,11 @@ def vendor_middleware(sim: Simulator) -> Middleware:
         if request.path.startswith("/_sim/"):
             return await handler(request)
         provider = provider_of(sim, request.path)
-        if provider == "none":
+        if provider is None:
             return web.Response(status=404, text="not served by this simulator\n")
         record = sim.log.add(
             sim_time=sim.clock.now(),
-            provider=provider,
+            provider=provider.name,
             method=request.method,
             path=request.path,
             query=dict(request.query),
@@ -111,7 +89,7 @@ def vendor_middleware(sim: Simulator) -> Middleware:
         )
         loop = asyncio.get_running_loop()
         started = loop.time()
-        faults = sim.faults.for_provider(provider)  # type: ignore[arg-type]
+        faults = sim.faults.for_provider(provider.name)
         try:
             response = await _serve(sim, provider, faults, request, handler, record)
         except asyncio.CancelledError:
@@ -128,7 +106,7 @@ def vendor_middleware(sim: Simulator) -> Middleware:
 
 async def _serve(
     sim: Simulator,
-    provider: str,
+    provider: SimulatedProvider,
     faults: FaultSet,
     request: web.Request,
     handler: Handler,
@@ -140,13 +118,7 @@ async def _serve(
     response: web.StreamResponse
     if faults.over_rate_limit(request.remote or ""):
         mark("rate_limit")
-        if provider == "azure":
-            response = json_response(429, {"error": "Too many requests"})
-        else:
-            response = _status_response(provider, 429)
-        if provider == "aws":  # a throttled IMDS client must slow down, not retry at once
-            response.headers["Retry-After"] = "1"
-        return _finish(provider, faults, response)
+        return _finish(provider, faults, provider.throttled_response())
     if faults.hang:
         mark("hang")
         await _hang(sim, faults, request)
@@ -165,7 +137,7 @@ async def _serve(
     burst = faults.status_burst
     if burst is not None and faults.take("status_burst"):
         mark("status_burst")
-        return _finish(provider, faults, _status_response(provider, burst[0]))
+        return _finish(provider, faults, provider.fault_response(burst[0]))
     response = await handler(request)
     if isinstance(response, web.Response) and faults.take("malformed"):
         mark("malformed")
@@ -173,11 +145,8 @@ async def _serve(
     return _finish(provider, faults, response)
 
 
-def _finish(provider: str, faults: FaultSet, response: web.StreamResponse) -> web.StreamResponse:
-    if provider == "aws":
-        response.headers["Server"] = "EC2ws"
-    if provider == "gce":
-        response.headers.update(GCE_HEADERS)
-        if faults.take("missing_vendor_header"):
-            del response.headers["Metadata-Flavor"]
+def _finish(
+    provider: SimulatedProvider, faults: FaultSet, response: web.StreamResponse
+) -> web.StreamResponse:
+    provider.finish(response, faults)
     return response

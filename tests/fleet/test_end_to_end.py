@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from bridge.providers.azure.simulated.group import AzureGroup
 from bridge.simulator import Simulator
-from bridge.simulator.group import AzureGroup
 from sinks import _webhook_signing as signing
 from tests.fleet.conftest import SECRET
 from tests.support import eventually, free_port

@@ -299,7 +299,7 @@ async def test_upcoming_nothing_scheduled_variants(
     assert r.json() == {"error": "no notifications have been received yet, try again later"}
     assert r.headers["Metadata-Flavor"] == "Google"
     with pytest.raises(ValueError, match="upcoming_none"):
-        sim.gce.quirks.upcoming_none = "nothing"  # type: ignore[assignment]
+        sim.gce.quirks.upcoming_none = "nothing"
 
 
 async def test_upcoming_camel_case(sim: Simulator, client: httpx.AsyncClient) -> None:

@@ -8,23 +8,31 @@ a transition is either spooled and remembered, or neither (and is then seen agai
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from bridge.pipeline.model import Instance, Notice
+from bridge.pipeline.model import Instance, Kind, Notice, Origin, Status
 
 if TYPE_CHECKING:
     from bridge.pipeline.watchers.http import MetadataClient, RequestStats
 
 Clock = Callable[[], datetime]
+Sleep = Callable[[float], Awaitable[None]]
+#: A watcher's settings (its `[source.<name>]` table).
+Settings = TypeVar("Settings")
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+async def real_sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +107,46 @@ def episode_id(*parts: str) -> str:
     return "gce-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
-class ClientWatcher:
-    """What the watchers built on one `MetadataClient` share: counters, health, closing."""
+class ClientWatcher(Generic[Settings]):
+    """What the watchers built on one `MetadataClient` share: how they are built (client,
+    settings, checkpoint, and the clock and sleep tests replace), the identity once read,
+    counters, health, closing."""
 
-    def __init__(self, client: MetadataClient) -> None:
+    def __init__(
+        self,
+        client: MetadataClient,
+        config: Settings,
+        checkpoint: dict[str, Any] | None = None,
+        *,
+        clock: Clock = utcnow,
+        sleep: Sleep = real_sleep,
+    ) -> None:
         self._client = client
+        self._config = config
+        self._clock = clock
+        self._sleep = sleep
+        self.instance: Instance | None = None
+        #: Problems with a payload already logged (what, where), so each is reported once
+        #: and a document polled every second does not repeat the same warning every second.
+        self._warned: set[tuple[str, str]] = set()
+        self._setup(dict(checkpoint or {}))
+
+    def _setup(self, checkpoint: dict[str, Any]) -> None:
+        """The watcher's own state, taking up where `checkpoint` left off."""
+
+    def _vm_notice(self, kind: Kind, status: Status, notice_id: str, **fields: Any) -> Notice:
+        """A notice the platform gives about this VM alone, seen now (after `identify`)."""
+        assert self.instance is not None
+        return Notice(
+            instance=self.instance,
+            kind=kind,
+            status=status,
+            notice_id=notice_id,
+            observed_at=self._clock(),
+            affected=(self.instance.name,),
+            origin=Origin.PLATFORM,
+            **fields,
+        )
 
     @property
     def stats(self) -> RequestStats:

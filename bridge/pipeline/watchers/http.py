@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -23,14 +23,13 @@ from bridge.infra.backoff import forever, parse_retry_after, retry_logger
 from bridge.infra.findings import Finding
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.infra.prometheus import Histogram
+from bridge.pipeline.watchers.base import Sleep, real_sleep
 
 log = logging.getLogger("bridge.metadata")
 
 #: The largest answer read from a metadata service; a longer one is refused, not cut short.
 MAX_ANSWER = 1024 * 1024
 USER_AGENT = "maintenance-bridge"
-
-Sleep = Callable[[float], Awaitable[None]]
 
 
 class MetadataError(Exception):
@@ -83,12 +82,6 @@ def _retry_after_of_error(state: RetryCallState) -> float | None:
     return None
 
 
-async def _real_sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
-
-
 class MetadataClient:
     """GET/POST against one metadata base URL with the vendor's header rules."""
 
@@ -101,7 +94,7 @@ class MetadataClient:
         timeout: float = 10.0,
         retry_initial: float = 0.5,
         retry_max: float = 30.0,
-        sleep: Sleep = _real_sleep,
+        sleep: Sleep = real_sleep,
         stats: RequestStats | None = None,
     ) -> None:
         self.base_url = base_url

@@ -1,1 +1,2 @@
-"""Amazon EC2: its watcher and the IMDS client specifics."""
+"""Amazon EC2: its settings, watcher, provider (detection, doctor) and simulated
+metadata service."""

@@ -27,7 +27,7 @@ from bridge.pipeline.watchers.base import load_json
 from bridge.pipeline.watchers.http import MetadataClient, MetadataError
 
 if TYPE_CHECKING:
-    from bridge.config import AwsSource
+    from bridge.providers.aws.settings import AwsSource
 
 log = logging.getLogger("bridge.watchers.aws")
 

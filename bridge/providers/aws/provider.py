@@ -5,12 +5,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.infra.findings import Finding
+from bridge.providers.aws.settings import AwsSource
 from bridge.providers.base import Provider
 
 if TYPE_CHECKING:
     from bridge.config import Config, Source
     from bridge.contract import ProviderName
     from bridge.pipeline.watchers.base import Watcher
+
+
+def _settings(source: Source) -> AwsSource:
+    return source.section("aws", AwsSource)
 
 
 class Aws(Provider):
@@ -21,20 +26,20 @@ class Aws(Provider):
     ) -> Watcher:
         from bridge.providers.aws import watcher
 
-        client = watcher.new_client(config.source.aws, **client_options)
-        return watcher.AwsWatcher(client, config.source.aws, checkpoint)
+        client = watcher.new_client(_settings(config.source), **client_options)
+        return watcher.AwsWatcher(client, _settings(config.source), checkpoint)
 
     async def probe(self, source: Source) -> str | None:
         """A token PUT and the instance identity document (bridge/providers/aws/imds.py)."""
         from bridge.providers.aws import imds
 
-        return await imds.probe(source.aws.imds_url, source.detect_timeout)
+        return await imds.probe(_settings(source).imds_url, source.detect_timeout)
 
     async def check_metadata(self, config: Config, timeout: float) -> Finding:
         """The IMDSv2 token PUT, then one read with it (bridge/providers/aws/imds.py)."""
         from bridge.providers.aws import imds
 
-        verdict, detail, fix = await imds.check(config.source.aws, timeout)
+        verdict, detail, fix = await imds.check(_settings(config.source), timeout)
         return Finding("metadata", verdict, detail, fix)
 
 

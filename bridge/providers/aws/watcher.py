@@ -38,15 +38,14 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from bridge.config import AwsSource
 from bridge.infra.timeparse import parse_optional_time, parse_time
-from bridge.pipeline.model import Instance, Kind, Notice, Origin, Provider, Status, Window
-from bridge.pipeline.watchers.base import ClientWatcher, Clock, Update, fingerprint, utcnow
-from bridge.pipeline.watchers.http import MetadataClient, MetadataError, Sleep, _real_sleep
+from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status, Window
+from bridge.pipeline.watchers.base import ClientWatcher, Update, fingerprint
+from bridge.pipeline.watchers.http import MetadataClient, MetadataError
 from bridge.providers.aws import imds
+from bridge.providers.aws.settings import AwsSource
 
 log = logging.getLogger("bridge.watchers.aws")
 T = TypeVar("T")
@@ -113,34 +112,23 @@ def instance_of(document: dict[str, Any]) -> Instance:
     )
 
 
-class AwsWatcher(ClientWatcher):
+class AwsWatcher(ClientWatcher[AwsSource]):
     """Polls the four AWS signals and announces their changes (see the module docstring)."""
 
     name = "aws"
 
-    def __init__(
-        self,
-        client: MetadataClient,
-        config: AwsSource,
-        checkpoint: dict[str, Any] | None = None,
-        *,
-        clock: Clock = utcnow,
-        sleep: Sleep = _real_sleep,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        super().__init__(client)
-        self._config = config
-        self._clock = clock
-        self._sleep = sleep
-        self._monotonic = monotonic
+    #: The clock a session token's lifetime is measured with (a seam for tests).
+    _monotonic: Callable[[], float] = staticmethod(time.monotonic)
+
+    def _setup(self, checkpoint: dict[str, Any]) -> None:
+        config = self._config
         self.session = imds.TokenSession(
-            client, config.token_ttl, config.imds_v1_fallback, monotonic
+            self._client, config.token_ttl, config.imds_v1_fallback, self._monotonic
         )
-        self._restore(checkpoint or {})
+        self._restore(checkpoint)
         self._next_maintenance = 0.0
         #: Paths whose last single-attempt read failed (logged once per streak).
         self._failing: set[str] = set()
-        self.instance: Instance | None = None
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
         self._spot: dict[str, Any] | None = checkpoint.get("spot")
@@ -246,34 +234,10 @@ class AwsWatcher(ClientWatcher):
 
     # -- the mapping -------------------------------------------------------------------------
     def _notice(
-        self,
-        kind: Kind,
-        status: Status,
-        notice_id: str,
-        raw: Any,
-        *,
-        revision: str = "",
-        not_before: datetime | None = None,
-        window: Window | None = None,
-        description: str | None = None,
-        can_reschedule: bool | None = None,
+        self, kind: Kind, status: Status, notice_id: str, raw: Any, **fields: Any
     ) -> Notice:
-        assert self.instance is not None
-        return Notice(
-            instance=self.instance,
-            kind=kind,
-            status=status,
-            notice_id=notice_id,
-            observed_at=self._clock(),
-            revision=revision,
-            not_before=not_before,
-            window=window,
-            affected=(self.instance.name,),
-            origin=Origin.PLATFORM,
-            description=description,
-            can_reschedule=can_reschedule,
-            raw=raw,
-        )
+        """`revision`, `not_before`, `window`, `description`, `can_reschedule` as read."""
+        return self._vm_notice(kind, status, notice_id, raw=raw, **fields)
 
     def _spot_notice(self, known: dict[str, Any], status: Status, revision: str = "") -> Notice:
         body = known["body"]

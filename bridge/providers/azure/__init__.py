@@ -1,1 +1,2 @@
-"""Azure: its watcher (Scheduled Events) and metadata specifics."""
+"""Azure: its settings, watcher, provider (detection, doctor) and simulated
+metadata service."""

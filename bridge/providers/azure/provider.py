@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.pipeline.watchers.http import check_once, probe_once
+from bridge.providers.azure.settings import AzureSource
 from bridge.providers.base import Provider
 
 if TYPE_CHECKING:
@@ -13,6 +14,10 @@ if TYPE_CHECKING:
     from bridge.contract import ProviderName
     from bridge.infra.findings import Finding
     from bridge.pipeline.watchers.base import Watcher
+
+
+def _settings(source: Source) -> AzureSource:
+    return source.section("azure", AzureSource)
 
 
 class Azure(Provider):
@@ -23,14 +28,14 @@ class Azure(Provider):
     ) -> Watcher:
         from bridge.providers.azure import watcher
 
-        client = watcher.new_client(config.source.azure, **client_options)
-        return watcher.AzureWatcher(client, config.source.azure, checkpoint)
+        client = watcher.new_client(_settings(config.source), **client_options)
+        return watcher.AzureWatcher(client, _settings(config.source), checkpoint)
 
     async def probe(self, source: Source) -> str | None:
         """Counts only when `/metadata/instance` answers JSON with a `compute` section."""
         from bridge.providers.azure.watcher import INSTANCE_API_VERSION
 
-        url = source.azure.imds_url
+        url = _settings(source).imds_url
         response, problem = await probe_once(
             "Azure IMDS",
             url,
@@ -51,8 +56,8 @@ class Azure(Provider):
     async def check_metadata(self, config: Config, timeout: float) -> Finding:
         from bridge.providers.azure import watcher
 
-        client = watcher.new_client(config.source.azure, timeout=timeout)
-        params = {"api-version": config.source.azure.api_version}
+        client = watcher.new_client(_settings(config.source), timeout=timeout)
+        params = {"api-version": _settings(config.source).api_version}
         slow = "; the first Scheduled Events call after a while can take up to 2 minutes"
         return await check_once(client, "scheduledevents", params, "", slow)
 

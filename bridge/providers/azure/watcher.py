@@ -24,20 +24,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from bridge.config import AzureSource
 from bridge.infra.http1 import Response
 from bridge.infra.timeparse import lenient_time
 from bridge.pipeline.approver import ApprovalRejected
 from bridge.pipeline.model import Instance, Kind, Notice, Origin, Provider, Status
 from bridge.pipeline.watchers.base import (
     ClientWatcher,
-    Clock,
     Update,
     fingerprint,
     load_json,
-    utcnow,
 )
-from bridge.pipeline.watchers.http import MetadataClient, Sleep, _real_sleep
+from bridge.pipeline.watchers.http import MetadataClient
+from bridge.providers.azure.settings import AzureSource
 
 log = logging.getLogger("bridge.watchers.azure")
 
@@ -110,33 +108,16 @@ def _parse_instance(response: Response) -> dict[str, Any]:
     return compute
 
 
-class AzureWatcher(ClientWatcher):
+class AzureWatcher(ClientWatcher[AzureSource]):
     """Polls Scheduled Events and announces the changes that concern this VM."""
 
     name = "azure"
 
-    def __init__(
-        self,
-        client: MetadataClient,
-        config: AzureSource,
-        checkpoint: dict[str, Any] | None = None,
-        *,
-        clock: Clock = utcnow,
-        sleep: Sleep = _real_sleep,
-    ) -> None:
-        super().__init__(client)
-        self._config = config
-        checkpoint = checkpoint or {}
+    def _setup(self, checkpoint: dict[str, Any]) -> None:
         self._known: dict[str, dict[str, Any]] = dict(checkpoint.get("events", {}))
         self._incarnation: int | None = checkpoint.get("incarnation")
         self._restored = bool(checkpoint)
-        self._clock = clock
-        self._sleep = sleep
         self._first_call = True
-        self.instance: Instance | None = None
-        #: What was already logged about odd input (event id, what), so a document polled
-        #: every second does not repeat the same warning every second.
-        self._warned: set[tuple[str, str]] = set()
         #: EventIds this bridge approved (StartRequests answered 200), here or in a run
         #: before a restart (the runner reads them from the spool): see `diff`.
         self.approved: set[str] = set(checkpoint.get("approved", ()))

@@ -1,1 +1,2 @@
-"""Google Compute Engine: its watcher and metadata specifics."""
+"""Google Compute Engine: its settings, watcher, provider (detection, doctor) and simulated
+metadata service."""

@@ -6,12 +6,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.pipeline.watchers.http import check_once, probe_once
 from bridge.providers.base import Provider
+from bridge.providers.gce.settings import GceSource
 
 if TYPE_CHECKING:
     from bridge.config import Config, Source
     from bridge.contract import ProviderName
     from bridge.infra.findings import Finding
     from bridge.pipeline.watchers.base import Watcher
+
+
+def _settings(source: Source) -> GceSource:
+    return source.section("gce", GceSource)
 
 
 class Gce(Provider):
@@ -22,12 +27,12 @@ class Gce(Provider):
     ) -> Watcher:
         from bridge.providers.gce import watcher
 
-        client = watcher.new_client(config.source.gce, **client_options)
-        return watcher.GceWatcher(client, config.source.gce, checkpoint)
+        client = watcher.new_client(_settings(config.source), **client_options)
+        return watcher.GceWatcher(client, _settings(config.source), checkpoint)
 
     async def probe(self, source: Source) -> str | None:
         """Counts only with `Metadata-Flavor: Google` in the answer."""
-        url = source.gce.resolved_url()
+        url = _settings(source).resolved_url()
         response, problem = await probe_once(
             "GCE metadata server", url, "", {"Metadata-Flavor": "Google"}, source.detect_timeout
         )
@@ -40,7 +45,7 @@ class Gce(Provider):
     async def check_metadata(self, config: Config, timeout: float) -> Finding:
         from bridge.providers.gce import watcher
 
-        client = watcher.new_client(config.source.gce, timeout=timeout)
+        client = watcher.new_client(_settings(config.source), timeout=timeout)
         return await check_once(
             client, watcher.MAINTENANCE_EVENT, None, " with Metadata-Flavor: Google", ""
         )

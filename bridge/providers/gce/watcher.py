@@ -22,21 +22,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from bridge.config import GceSource
 from bridge.infra.backoff import for_humans
 from bridge.infra.http1 import Response
 from bridge.infra.timeparse import lenient_time
-from bridge.pipeline.model import Instance, Kind, Notice, Origin, Provider, Status, Window
+from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status, Window
 from bridge.pipeline.watchers.base import (
     ClientWatcher,
-    Clock,
     Update,
     episode_id,
     fingerprint,
     load_json,
-    utcnow,
 )
-from bridge.pipeline.watchers.http import MetadataClient, RequestStats, Sleep, _real_sleep
+from bridge.pipeline.watchers.http import MetadataClient, RequestStats
+from bridge.providers.gce.settings import GceSource
 
 log = logging.getLogger("bridge.watchers.gce")
 
@@ -173,31 +171,16 @@ def _validator(key: str) -> Callable[[Response], None]:
     return validate
 
 
-class GceWatcher(ClientWatcher):
+class GceWatcher(ClientWatcher[GceSource]):
     """Watches the three maintenance keys of the GCE metadata server."""
 
     name = "gce"
 
-    def __init__(
-        self,
-        client: MetadataClient,
-        config: GceSource,
-        checkpoint: dict[str, Any] | None = None,
-        *,
-        clock: Clock = utcnow,
-        sleep: Sleep = _real_sleep,
-    ) -> None:
-        super().__init__(client)
-        self._config = config
-        self._checkpoint: dict[str, Any] = dict(checkpoint or {})
-        self._clock = clock
-        self._sleep = sleep
-        self.instance: Instance | None = None
+    def _setup(self, checkpoint: dict[str, Any]) -> None:
+        self._checkpoint = checkpoint
         self._on_host_maintenance: str | None = None
         #: Per key: its own request counters (readiness has one line per key).
         self.key_stats: dict[str, RequestStats] = {key: RequestStats() for key in self._keys()}
-        #: Problems with a payload already logged, so a bad field is reported once.
-        self._warned: set[tuple[str, str]] = set()
 
     async def _text(self, key: str) -> str:
         return (await self._client.get(key, validate=_validator(key))).text.strip()
@@ -232,19 +215,6 @@ class GceWatcher(ClientWatcher):
 
     # -- state machines: pure functions of (previous key state, new value) ------------------
 
-    def _notice(self, kind: Kind, status: Status, notice_id: str, **fields: Any) -> Notice:
-        assert self.instance is not None
-        return Notice(
-            instance=self.instance,
-            kind=kind,
-            status=status,
-            notice_id=notice_id,
-            observed_at=self._clock(),
-            affected=(self.instance.name,),
-            origin=Origin.PLATFORM,
-            **fields,
-        )
-
     def _flag_transition(
         self, key: str, previous: dict[str, Any], value: str, etag: str | None
     ) -> tuple[list[Notice], dict[str, Any]]:
@@ -258,7 +228,7 @@ class GceWatcher(ClientWatcher):
         notices: list[Notice] = []
         if old_value != idle and previous.get("notice_id"):
             notices.append(
-                self._notice(
+                self._vm_notice(
                     Kind(previous["kind"]),
                     Status.COMPLETED,
                     previous["notice_id"],
@@ -285,7 +255,7 @@ class GceWatcher(ClientWatcher):
             assert self.instance is not None
             notice_id = episode_id(self.instance.id, key, value, now.isoformat())
             notices.append(
-                self._notice(
+                self._vm_notice(
                     kind,
                     Status.STARTED,
                     notice_id,
@@ -360,7 +330,7 @@ class GceWatcher(ClientWatcher):
             parts.append(f"window {window.start.isoformat()} to {window.end.isoformat()}")
         if upcoming.reasons:
             parts.append("reasons: " + ", ".join(upcoming.reasons))
-        return self._notice(
+        return self._vm_notice(
             self._upcoming_kind(),
             status,
             notice_id,

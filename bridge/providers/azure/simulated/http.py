@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .azure import SCHEDULED_EVENTS_VERSIONS
-from .vendor import json_response
+from bridge.simulator.control import ok, read_body, routes_of
+
+from .state import SCHEDULED_EVENTS_VERSIONS
 
 if TYPE_CHECKING:
-    from .server import Simulator
+    from bridge.simulator.server import Simulator
 
 INSTANCE_VERSIONS = (
     "2017-03-01", "2017-04-02", "2017-08-01", "2017-10-01", "2017-12-01", "2018-02-01",
@@ -29,6 +30,15 @@ INSTANCE_VERSIONS = (
 )  # fmt: skip
 MISSING_HEADER = {"error": "Bad request: . Required metadata header not specified"}
 XFF_REJECTED = {"error": "Bad request. X-Forwarded-For header is not allowed"}
+
+
+def json_response(status: int, payload: object) -> web.Response:
+    """Azure-style compact JSON answer."""
+    return web.Response(
+        status=status,
+        body=json.dumps(payload, separators=(",", ":")).encode(),
+        headers={"Content-Type": "application/json; charset=utf-8"},
+    )
 
 
 def _version_error(present: bool, newest: tuple[str, ...]) -> web.Response:
@@ -98,7 +108,7 @@ def _parse_start_requests(raw: bytes) -> list[str] | None:
     return ids or None
 
 
-def azure_routes(sim: Simulator) -> list[web.RouteDef]:
+def routes(sim: Simulator) -> list[web.RouteDef]:
     def precheck(request: web.Request, versions: tuple[str, ...]) -> web.Response | None:
         if "X-Forwarded-For" in request.headers:
             return json_response(400, XFF_REJECTED)
@@ -177,3 +187,34 @@ def azure_routes(sim: Simulator) -> list[web.RouteDef]:
         web.route("*", "/metadata/instance/{tail:.*}", instance),
         web.route("*", "/metadata{tail:.*}", not_found),
     ]
+
+
+def control_routes(sim: Simulator) -> list[web.RouteDef]:
+    """``/_sim/azure/events...``: add, list, start and remove events live (JSON in and out)."""
+
+    async def azure_add(request: web.Request) -> web.StreamResponse:
+        body = await read_body(request) or {}
+        if not isinstance(body, dict):
+            raise ValueError("body must be an object of add_event arguments")
+        event_id = sim.azure.add_event(**body)
+        return ok({"EventId": event_id, "DocumentIncarnation": sim.azure.incarnation}, 201)
+
+    async def azure_list(request: web.Request) -> web.StreamResponse:
+        return ok({"DocumentIncarnation": sim.azure.incarnation, "Events": sim.azure.events})
+
+    async def azure_start(request: web.Request) -> web.StreamResponse:
+        sim.azure.start_event(request.match_info["event_id"])
+        return ok({"DocumentIncarnation": sim.azure.incarnation})
+
+    async def azure_remove(request: web.Request) -> web.StreamResponse:
+        sim.azure.remove_event(request.match_info["event_id"])
+        return ok({"DocumentIncarnation": sim.azure.incarnation})
+
+    return routes_of(
+        [
+            ("GET", "/_sim/azure/events", azure_list),
+            ("POST", "/_sim/azure/events", azure_add),
+            ("POST", "/_sim/azure/events/{event_id}/start", azure_start),
+            ("DELETE", "/_sim/azure/events/{event_id}", azure_remove),
+        ]
+    )

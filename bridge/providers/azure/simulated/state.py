@@ -14,8 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .clock import SimClock, rfc1123
-from .identity import AzureIdentity
+from bridge.simulator.clock import SimClock, rfc1123
 
 SCHEDULED_EVENTS_VERSIONS = (
     "2020-07-01",
@@ -44,6 +43,33 @@ PLATFORM_DESCRIPTIONS = {
     "Reboot": "Host server is undergoing maintenance.",
     "Redeploy": "Virtual machine is being redeployed because the host is being serviced.",
 }
+
+
+_DEFAULT_SUBSCRIPTION = "8c56d827-5f07-45ce-8f2b-6c5001db5c6f"
+
+
+@dataclass(frozen=True)
+class AzureIdentity:
+    name: str = "sim-vm-1"
+    vm_id: str = "02aab8a4-74ef-476e-8182-f6d2ba4166a6"
+    subscription_id: str = _DEFAULT_SUBSCRIPTION
+    resource_group_name: str = "sim-rg"
+    location: str = "westeurope"
+    zone: str = "1"
+    vm_scale_set_name: str = ""
+    vm_size: str = "Standard_D2s_v3"
+    os_type: str = "Linux"
+    explicit_resource_id: str = ""
+
+    @property
+    def resource_id(self) -> str:
+        """ARM id of the VM, derived from subscription, group and name unless given."""
+        if self.explicit_resource_id:
+            return self.explicit_resource_id
+        return (
+            f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group_name}"
+            f"/providers/Microsoft.Compute/virtualMachines/{self.name}"
+        )
 
 
 class AzureQuirks:

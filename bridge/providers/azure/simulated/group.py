@@ -16,28 +16,29 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from types import TracebackType
 from typing import TYPE_CHECKING, cast
 
 from aiohttp import web
 
-from .azure_http import azure_routes
-from .identity import Identity
+from bridge.simulator.serving import Served
+
+from .http import routes
 
 if TYPE_CHECKING:
-    from .azure import AzureState
-    from .server import Simulator
+    from bridge.simulator.server import Simulator
+
+    from .state import AzureState
 
 
 class _Member:
-    """What `azure_routes` reads of a simulator, with one member's identity."""
+    """What `routes` reads of a simulator, with one member's identity."""
 
     def __init__(self, sim: Simulator, name: str) -> None:
         self.azure: AzureState = sim.azure
         self.stopping = sim.stopping
-        self.identity = Identity(
-            gce=sim.identity.gce,
-            azure=replace(
+        self.identity = sim.identity.replace(
+            "azure",
+            replace(
                 sim.identity.azure,
                 name=name,
                 vm_id=str(uuid.uuid5(uuid.NAMESPACE_URL, name)),
@@ -56,7 +57,7 @@ def _as_client(name: str) -> Callable[..., Awaitable[web.StreamResponse]]:
     return middleware
 
 
-class AzureGroup:
+class AzureGroup(Served):
     """Serve `sim`'s Azure Scheduled Events to the VMs `names` (see the module docstring)."""
 
     def __init__(self, sim: Simulator, names: Sequence[str], host: str = "127.0.0.1") -> None:
@@ -74,27 +75,10 @@ class AzureGroup:
         app = web.Application()
         for name in self.names:
             member = web.Application(middlewares=[_as_client(name)])
-            member.add_routes(azure_routes(cast("Simulator", _Member(self.sim, name))))
+            member.add_routes(routes(cast("Simulator", _Member(self.sim, name))))
             app.add_subapp(f"/{name}/", member)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> AzureGroup:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.stop()

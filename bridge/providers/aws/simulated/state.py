@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .clock import SimClock, rfc3339
-from .identity import AwsIdentity
+from bridge.simulator.clock import SimClock, rfc3339
 
 MAX_TOKEN_TTL = 21600
 SPOT_ACTIONS = ("terminate", "stop", "hibernate")
@@ -58,6 +57,20 @@ def aws_time(epoch: float) -> str:
     """The scheduled-events time format, `21 Jan 2019 09:00:43 GMT`."""
     moment = datetime.fromtimestamp(int(epoch), tz=UTC)
     return f"{moment.day} {moment:%b %Y %H:%M:%S} GMT"
+
+
+@dataclass(frozen=True)
+class AwsIdentity:
+    """The instance identity document's fields (defaults: aws/amazon-ec2-metadata-mock's, with
+    the 12-digit account id of the AWS documentation's examples)."""
+
+    instance_id: str = "i-1234567890abcdef0"
+    account_id: str = "123456789012"
+    region: str = "us-east-1"
+    availability_zone: str = "us-east-1f"
+    instance_type: str = "m4.xlarge"
+    image_id: str = "ami-0a887e401f7654935"
+    private_ip: str = "172.16.34.43"
 
 
 class AwsQuirks:

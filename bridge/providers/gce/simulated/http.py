@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from .gce import MAINTENANCE_KEY, Rendered
+from bridge.simulator.control import ok, read_body, routes_of
+
+from .state import MAINTENANCE_KEY, GceState, Rendered
 
 if TYPE_CHECKING:
-    from .server import Simulator
+    from bridge.simulator.server import Simulator
 
 PREFIX = "/computeMetadata/v1"
 
@@ -28,6 +30,11 @@ _ERROR_PAGE = """<!DOCTYPE html>
   <p><b>{status}.</b> <ins>That's an error.</ins>
   <p>{message} <ins>That's all we know.</ins>
 """
+
+
+def _state(sim: Simulator) -> GceState:
+    """The simulator's GCE state now (a scenario load replaces it)."""
+    return sim.state_of("gce", GceState)
 
 
 def error_page(status: int, message: str) -> web.Response:
@@ -105,7 +112,7 @@ def _flag(value: str | None) -> bool:
     return value is not None and value.lower() == "true"
 
 
-def gce_routes(sim: Simulator) -> list[web.RouteDef]:
+def routes(sim: Simulator) -> list[web.RouteDef]:
     async def handle(request: web.Request) -> web.StreamResponse:
         path = request.path
         if "X-Forwarded-For" in request.headers:
@@ -133,7 +140,7 @@ def gce_routes(sim: Simulator) -> list[web.RouteDef]:
         key = raw_key.strip("/")
         if key == MAINTENANCE_KEY and not trailing:
             # only a direct query counts for the 60-second warning, not a parent directory
-            sim.gce.mark_watched()
+            _state(sim).mark_watched()
 
         query = request.query
         wait = _flag(query.get("wait_for_change"))
@@ -149,7 +156,7 @@ def gce_routes(sim: Simulator) -> list[web.RouteDef]:
             if timeout < 0:
                 return error_page(400, "timeout_sec must be >= 0.")
 
-        is_dir = key == "" or sim.gce.is_dir(key)
+        is_dir = key == "" or _state(sim).is_dir(key)
         render: Callable[[], Rendered | None]
         if is_dir:
             if not trailing:
@@ -161,18 +168,51 @@ def gce_routes(sim: Simulator) -> list[web.RouteDef]:
             as_json = alt_json or (recursive and query.get("alt", "").lower() != "text")
 
             def render() -> Rendered | None:
-                if not (key == "" or sim.gce.is_dir(key)):
+                if not (key == "" or _state(sim).is_dir(key)):
                     return None
-                return sim.gce.render_dir(key, recursive=recursive, as_json=as_json)
+                return _state(sim).render_dir(key, recursive=recursive, as_json=as_json)
 
         else:
-            if trailing or not sim.gce.has_value(key):
+            if trailing or not _state(sim).has_value(key):
                 return _not_found(path)
 
             def render() -> Rendered | None:
-                return sim.gce.render_value(key)
+                return _state(sim).render_value(key)
 
         rendered = await _long_poll(sim, render, last_etag, timeout) if wait else render()
         return _to_response(rendered, path, alt_json and not is_dir)
 
     return [web.route("*", "/{tail:.*}", handle)]
+
+
+def control_routes(sim: Simulator) -> list[web.RouteDef]:
+    """``/_sim/gce/...``: set, delete and schedule metadata values live (JSON in and out)."""
+
+    async def gce_set(request: web.Request) -> web.StreamResponse:
+        body = await read_body(request)
+        if not isinstance(body, dict) or "key" not in body or "value" not in body:
+            raise ValueError('body must be {"key": ..., "value": ...}')
+        _state(sim).set(str(body["key"]), str(body["value"]))
+        return ok()
+
+    async def gce_delete(request: web.Request) -> web.StreamResponse:
+        body = await read_body(request)
+        if not isinstance(body, dict) or "key" not in body:
+            raise ValueError('body must be {"key": ...}')
+        _state(sim).delete(str(body["key"]))
+        return ok()
+
+    async def gce_upcoming(request: web.Request) -> web.StreamResponse:
+        body = await read_body(request)
+        if body is not None and not isinstance(body, dict):
+            raise ValueError("body must be an object or null")
+        _state(sim).set_upcoming_maintenance(body)
+        return ok()
+
+    return routes_of(
+        [
+            ("POST", "/_sim/gce/set", gce_set),
+            ("POST", "/_sim/gce/delete", gce_delete),
+            ("POST", "/_sim/gce/upcoming", gce_upcoming),
+        ]
+    )

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .aws import MAX_TOKEN_TTL
+from .state import MAX_TOKEN_TTL
 
 if TYPE_CHECKING:
-    from .server import Simulator
+    from bridge.simulator.server import Simulator
 
 TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 TOKEN_HEADER = "X-aws-ec2-metadata-token"  # noqa: S105 (a header name)
@@ -90,7 +90,7 @@ def identity_document(sim: Simulator) -> dict[str, Any]:
     }
 
 
-def aws_routes(sim: Simulator) -> list[web.RouteDef]:
+def routes(sim: Simulator) -> list[web.RouteDef]:
     async def token(request: web.Request) -> web.StreamResponse:
         if request.method != "PUT":
             return error_page(405)
@@ -156,7 +156,7 @@ def aws_routes(sim: Simulator) -> list[web.RouteDef]:
     ]
 
 
-def aws_control_routes(sim: Simulator) -> list[web.RouteDef]:
+def control_routes(sim: Simulator) -> list[web.RouteDef]:
     """``/_sim/aws/...``: drive the AWS notices live (JSON in and out)."""
 
     async def body_of(request: web.Request) -> dict[str, Any]:

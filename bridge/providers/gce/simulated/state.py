@@ -16,7 +16,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .identity import GceIdentity
+
+@dataclass(frozen=True)
+class GceIdentity:
+    project_id: str = "sim-project"
+    project_number: int = 123456789012
+    zone: str = "us-central1-a"
+    instance_id: int = 4520031799277582256
+    instance_name: str = "sim-vm-1"
+    machine_type: str = "e2-standard-4"
+
+    @property
+    def zone_path(self) -> str:
+        """``instance/zone`` as the real server renders it."""
+        return f"projects/{self.project_number}/zones/{self.zone}"
+
+    @property
+    def hostname(self) -> str:
+        return f"{self.instance_name}.{self.zone}.c.{self.project_id}.internal"
+
 
 UPCOMING_KEY = "instance/upcoming-maintenance"
 MAINTENANCE_KEY = "instance/maintenance-event"

@@ -1,0 +1,1 @@
+"""The simulated GCE metadata server (`part.py`: its part of `bridge.simulator`)."""

@@ -1,0 +1,78 @@
+"""A provider is one folder plus one registry line (docs/architecture.md, "Add a provider").
+
+Pinned two ways: every registered provider supplies each part (settings, provider,
+simulated metadata service) under the names the registry looks for, and the code that
+iterates over the registry (`bridge/config.py` and `bridge/simulator/`) names no provider,
+so a new one needs no line there.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from bridge.config import parse_config
+from bridge.contract import ProviderName
+from bridge.providers import registry
+from bridge.providers.settings import ProviderSettings
+from bridge.simulator.part import BOTH, SimulatedProvider
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_provider_supplies_each_part_from_its_own_folder(name: ProviderName) -> None:
+    folder = registry.PROVIDERS[name]
+    assert folder == f"bridge.providers.{name}"
+    provider = registry.get(name)
+    assert provider.name == name
+    assert type(provider).__module__ == f"{folder}.provider"
+    settings = registry.settings_model(name)
+    assert issubclass(settings, ProviderSettings)
+    assert settings.__module__ == f"{folder}.settings"
+    simulated = registry.simulated(name)
+    assert isinstance(simulated, SimulatedProvider)
+    assert simulated.name == name
+    assert type(simulated).__module__ == f"{folder}.simulated.part"
+    # the configuration's [source.<name>] table is the provider's model, with its defaults
+    assert getattr(parse_config({}).source, name) == settings()
+
+
+def _named_providers(source: str, where: str) -> list[str]:
+    """`where:line: 'name'` for each string constant that is a provider's name, outside the
+    simulator's one alias (`BOTH`)."""
+    tree = ast.parse(source)
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "BOTH" for t in targets):
+                allowed.update(id(child) for child in ast.walk(node))
+    names = set(registry.names())
+    return [
+        f"{where}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in allowed
+    ]
+
+
+def test_the_code_iterating_over_the_registry_names_no_provider() -> None:
+    files = [ROOT / "bridge" / "config.py", *sorted((ROOT / "bridge" / "simulator").rglob("*.py"))]
+    assert len(files) > 10
+    found = [
+        named
+        for path in files
+        for named in _named_providers(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    ]
+    assert found == []
+
+
+def test_the_check_sees_a_provider_named_in_code() -> None:
+    sample = 'BOTH = ("gce", "azure")\n# "gce" in a comment\nif provider == "aws":\n    pass\n'
+    assert _named_providers(sample, "sample.py") == ["sample.py:3: 'aws'"]
+
+
+def test_both_is_the_two_clouds_simulated_before_aws() -> None:
+    assert set(BOTH) <= set(registry.names())
