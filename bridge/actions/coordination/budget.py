@@ -29,6 +29,7 @@ from typing import Literal, Protocol
 from bridge import contract
 from bridge.actions.coordination.backend import Backend, EngineError, Unavailable
 from bridge.actions.coordination.settings import Coordination
+from bridge.infra.backoff import retry_logger, retry_until_done
 from bridge.infra.prometheus import PREFIX, Exposition
 
 log = logging.getLogger("bridge.coordination")
@@ -309,25 +310,32 @@ class Budget:
         return None
 
     async def _release(self, group: str, member: str) -> None:
-        delay = self.settings.poll_interval
-        while True:
-            lock = self._locks.setdefault(group, asyncio.Lock())
-            async with lock:
+        """Give the slot back, retried by the one policy until the engine answers (from
+        `poll_interval`, doubling to the lease's TTL: by then the slot has expired anyway).
+        A slot taken again meanwhile, for a new notice, is kept."""
+
+        async def once() -> None:
+            async with self._locks.setdefault(group, asyncio.Lock()):
                 if group in self._holds:
-                    return  # taken again meanwhile for a new notice: keep it
+                    return
                 try:
                     await self.backend.release(group, member)
-                    self._contact(True, f"answered ({self.settings.backend})")
-                    return
                 except (Unavailable, EngineError) as exc:
                     self._contact(False, str(exc))
-                    log.warning(
-                        "cannot release the slot of %s yet (it expires with the lease): %s",
-                        group,
-                        exc,
-                    )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, float(self.settings.lease_ttl))
+                    raise
+                self._contact(True, f"answered ({self.settings.backend})")
+
+        await retry_until_done(
+            once,
+            retry_on=(Unavailable, EngineError),
+            initial=self.settings.poll_interval,
+            maximum=float(self.settings.lease_ttl),
+            before_sleep=retry_logger(
+                log,
+                f"cannot release the slot of {group} yet (it expires with the lease)",
+                level=logging.WARNING,
+            ),
+        )
 
     def check(self) -> tuple[bool, str]:
         """For `/readyz`: can the budget be enforced right now?"""

@@ -20,9 +20,12 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Final
 
-from bridge.infra.backoff import for_humans
+from tenacity import RetryCallState
+
+from bridge.infra.backoff import keep_running, retry_logger
 from bridge.infra.http1 import Response
 from bridge.infra.timeparse import lenient_time
 from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status, Window
@@ -384,25 +387,35 @@ class GceWatcher(ClientWatcher[GceSource]):
 
     async def _follow(self, key: str, queue: asyncio.Queue[Update]) -> None:
         """Follow one key for ever. A value this watcher cannot turn into notices fails this
-        key alone (logged, counted, retried with backoff), never the other keys."""
+        key alone (logged, counted, and after the one policy's pause from 1 s, doubling to
+        60 s, read again at once), never the other keys."""
+        log_failure = retry_logger(log, f"{key}: cannot read the new value", traceback=True)
+
+        def failed(state: RetryCallState) -> None:
+            self.key_stats[key].failed("unreadable")
+            log_failure(state)
+
+        await keep_running(
+            partial(self._follow_once, key, queue),
+            retry_on=Exception,
+            initial=1.0,
+            maximum=60.0,
+            before_sleep=failed,
+            sleep=self._sleep,
+        )
+
+    async def _follow_once(
+        self, key: str, queue: asyncio.Queue[Update], progressed: Callable[[], None]
+    ) -> None:
+        """Read `key` from scratch (no ETag), then wait on its changes, until a value cannot
+        be read; `progressed` after each value applied (the next failure pauses 1 s again)."""
         etag: str | None = None
-        delay = 1.0
         while True:
             status, body, new_etag = await self._read(key, etag)  # retries until it succeeds
             if etag is not None and new_etag == etag:
                 continue  # timeout_sec elapsed with no change
-            try:
-                notices = self._apply(key, status, body, new_etag)
-            except Exception:
-                self.key_stats[key].failed("unreadable")
-                log.exception(
-                    "%s: cannot read the new value; retrying in %s", key, for_humans(delay)
-                )
-                await self._sleep(delay)
-                delay = min(delay * 2, 60.0)
-                etag = None  # read it again at once after the pause
-                continue
-            delay = 1.0
+            notices = self._apply(key, status, body, new_etag)
+            progressed()
             if notices:
                 await queue.put(Update(tuple(notices), self.checkpoint()))
             if new_etag is None:
