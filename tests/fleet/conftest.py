@@ -11,12 +11,19 @@ import pytest
 
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
+from tests.fleet import world
 
 #: Standard Webhooks secrets: the current one and the one being rotated out.
 SECRET = "whsec_" + "c2VjcmV0LWtleS1mb3ItZmxlZXQtdGVzdHMtMDAwMQ=="
 OLD_SECRET = "whsec_" + "b2xkLXNlY3JldC1rZXktZm9yLWZsZWV0LXRlc3RzMDE="
 
 FleetFactory = Callable[..., AbstractAsyncContextManager[FleetService]]
+
+
+@pytest.fixture(autouse=True)
+def _fleet_clock() -> None:
+    """The shared fleet (`tests/fleet/world.py`) is built around the time the test starts."""
+    world.refresh()
 
 
 @pytest.fixture

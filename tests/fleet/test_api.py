@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -12,30 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.fleet.service import FleetService
-from bridge.pipeline.model import Kind, Status
 from tests.fleet.conftest import FleetFactory
-from tests.fleet.factories import azure_vm, gce_vm, heartbeat, transition
-
-NOW = datetime.now(UTC)
-WEB1, WEB2 = gce_vm("web-1"), gce_vm("web-2", zone="europe-west1-b")
-DB1, DB2 = azure_vm("db-1", scale_set="db-set"), azure_vm("db-2", scale_set="db-set")
-QUIET = gce_vm("quiet-1")  # a heartbeat long ago: silent
-
-
-def minutes(n: float) -> datetime:
-    return NOW + timedelta(minutes=n)
-
-
-FLEET = [
-    *(heartbeat(vm, minutes(-1)) for vm in (WEB1, WEB2, DB1, DB2)),
-    heartbeat(QUIET, minutes(-60)),
-    transition(WEB1, "g-1", Status.STARTED, minutes(-2), kind=Kind.LIVE_MIGRATE),
-    transition(DB1, "ev-1", Status.SCHEDULED, minutes(-5), not_before=minutes(10)),
-    transition(DB2, "ev-2", Status.SCHEDULED, minutes(-5), not_before=minutes(600)),
-    transition(WEB2, "g-2", Status.SCHEDULED, minutes(-5), kind=Kind.TERMINATE),  # time unknown
-    transition(DB2, "ev-0", Status.SCHEDULED, minutes(-50), not_before=minutes(-40)),
-    transition(DB2, "ev-0", Status.COMPLETED, minutes(-30)),
-]
+from tests.fleet.world import FLEET, minutes
 
 
 @pytest.fixture

@@ -17,9 +17,10 @@ import pytest
 
 from bridge.fleet.web import render, views
 from bridge.pipeline.model import Kind, Status
+from tests.fleet import world
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import approval, gce_vm, heartbeat, hook_run, transition
-from tests.fleet.test_api import DB1, FLEET, NOW, minutes
+from tests.fleet.world import DB1, FLEET, minutes
 
 BATCH = {"content-type": "application/cloudevents-batch+json"}
 
@@ -179,7 +180,7 @@ async def test_the_instance_page_shows_history_heartbeat_and_eligibility(
 
 async def test_the_version_moves_with_the_store(web: httpx.AsyncClient) -> None:
     first = (await web.get("/dashboard/version")).json()["version"]
-    await post(web, heartbeat(gce_vm("new-1"), NOW))
+    await post(web, heartbeat(gce_vm("new-1"), world.NOW))
     second = (await web.get("/dashboard/version")).json()["version"]
     assert first != second
     assert f'data-version="{second}"' in (await web.get("/")).text
@@ -210,7 +211,7 @@ def test_store_text_is_escaped() -> None:
         "event": {"data": {"origin": "<i>"}},
         "transitions": [],
     }
-    text = render.notices_table("t", "caption", [notice], NOW.timestamp())
+    text = render.notices_table("t", "caption", [notice], world.NOW.timestamp())
     assert "<script>" not in text
     assert "<b>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
@@ -218,17 +219,17 @@ def test_store_text_is_escaped() -> None:
 
 
 def test_a_notice_under_way_counts_from_when_it_started() -> None:
-    started = (NOW - timedelta(minutes=2)).isoformat()
-    estimate = (NOW + timedelta(minutes=1)).isoformat()  # GCE's estimated not_before
+    started = (world.NOW - timedelta(minutes=2)).isoformat()
+    estimate = (world.NOW + timedelta(minutes=1)).isoformat()  # GCE's estimated not_before
     notice = {
         "status": "started",
         "not_before": estimate,
         "transitions": [{"status": "started", "time": started}],
     }
-    assert views.start_of(notice) == (NOW - timedelta(minutes=2)).timestamp()
+    assert views.start_of(notice) == (world.NOW - timedelta(minutes=2)).timestamp()
     assert (
         views.start_of({**notice, "status": "scheduled"})
-        == (NOW + timedelta(minutes=1)).timestamp()
+        == (world.NOW + timedelta(minutes=1)).timestamp()
     )
     assert render.relative(-125) == "2m 05s ago"
     assert render.relative(3 * 3600 + 60) == "in 3h 01m"
@@ -242,7 +243,7 @@ def test_kinds_have_a_colour_each() -> None:
 
 
 def test_a_large_zone_stays_a_small_timeline() -> None:
-    now = NOW.timestamp()
+    now = world.NOW.timestamp()
 
     def bar(name: str, status: str) -> views.Bar:
         return views.Bar(

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.simulator import Simulator
 from tests.fleet.conftest import FleetFactory
-from tests.fleet.test_api import FLEET
+from tests.fleet.world import FLEET
 from tests.support import eventually
 from tests.test_observability import observed
 
