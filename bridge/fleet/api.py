@@ -27,7 +27,6 @@ import re
 import time
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any, Final
 
 import msgspec
@@ -39,6 +38,7 @@ from bridge.fleet.config import FleetApi
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Source
 from bridge.fleet.store import EventQuery, NoticeFilter, Store, StoreError
+from bridge.infra.timeparse import TimeParseError, parse_time
 
 BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
 PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -72,12 +72,9 @@ def moment(name: str, text: str) -> float:
     except ValueError:
         pass
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadQuery(f"{name}: expected an RFC 3339 time or Unix seconds") from None
-    if value.tzinfo is None:
-        raise BadQuery(f"{name}: the time needs an offset (Z or +hh:mm)")
-    return value.timestamp()
+        return parse_time(text, naive_as_utc=False).timestamp()
+    except TimeParseError as exc:
+        raise BadQuery(f"{name}: expected an RFC 3339 time or Unix seconds: {exc}") from None
 
 
 def _start(notice: dict[str, Any]) -> float | None:

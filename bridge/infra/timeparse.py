@@ -19,18 +19,27 @@ class TimeParseError(ValueError):
     """The value is not a time in RFC 3339 or RFC 1123 form."""
 
 
-def parse_time(value: object) -> datetime:
-    """`value` (RFC 3339 / ISO 8601 or RFC 1123) as an aware UTC datetime."""
+def parse_time(value: object, *, naive_as_utc: bool = True) -> datetime:
+    """`value` (RFC 3339 / ISO 8601 or RFC 1123) as an aware UTC datetime.
+
+    `naive_as_utc=False` refuses a time without a zone instead: a person's query (the
+    fleet API's `since`) may mean local time, and guessing UTC would silently shift it.
+    """
     if not isinstance(value, str) or not value.strip():
         raise TimeParseError(f"expected a time string, got {_show(value)}")
     text = value.strip()
     try:
         parsed = _parse(text)
-        if parsed.tzinfo is None or parsed.utcoffset() is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.astimezone(UTC)
     except (ValueError, TypeError, IndexError, OverflowError) as exc:
         raise TimeParseError(f"{_show(value)} is not an RFC 3339 or RFC 1123 time") from exc
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        if not naive_as_utc:
+            raise TimeParseError(f"{_show(value)} needs an offset (Z or +hh:mm)")
+        parsed = parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
+        raise TimeParseError(f"{_show(value)} is out of range") from exc
 
 
 def _parse(text: str) -> datetime:

@@ -129,6 +129,9 @@ async def test_the_audit_log_pages_as_cloudevents_batches(api: httpx.AsyncClient
     since = await api.get("/v1/fleet/events", params=window)
     assert [e["type"] for e in since.json()] == [completed]
     assert (await api.get("/v1/fleet/events?since=yesterday")).status_code == 400
+    naive = await api.get("/v1/fleet/events", params={"since": "2026-11-23T10:00:00"})
+    assert naive.status_code == 400  # a person's local time is not guessed to be UTC
+    assert "needs an offset" in naive.text
 
 
 async def test_metrics_health_and_readiness(api: httpx.AsyncClient) -> None:

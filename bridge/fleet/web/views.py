@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any, Final
 from urllib.parse import urlencode
 
@@ -18,6 +17,7 @@ import msgspec
 
 from bridge import contract
 from bridge.fleet.state import instance_state
+from bridge.infra.timeparse import parse_time
 
 DAY: Final = 86400.0
 #: A window without a known end is drawn this long (Azure Freeze is seconds, a reboot
@@ -31,7 +31,7 @@ def epoch(text: str | None) -> float | None:
     """Unix seconds of an RFC 3339 time (None stays None)."""
     if not text:
         return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return parse_time(text).timestamp()
 
 
 def start_of(notice: Mapping[str, Any]) -> float | None:
