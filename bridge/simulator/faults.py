@@ -83,7 +83,8 @@ class FaultSet:
         return len(hits) > RATE_LIMIT_PER_SECOND
 
 
-_FIELDS = (
+#: The faults a provider can be given (`fault.set` in scenarios and the control API).
+FIELDS = (
     "status_burst",
     "latency",
     "drop",
@@ -124,9 +125,9 @@ class Faults:
 
     def set(self, provider: FaultTarget = "all", **faults: Any) -> None:
         """Switch faults on (or off: ``hang=False``, ``rate_limit=False``, ``latency=0``)."""
-        unknown = set(faults) - set(_FIELDS)
+        unknown = set(faults) - set(FIELDS)
         if unknown:
-            raise ValueError(f"unknown faults {sorted(unknown)}; known: {list(_FIELDS)}")
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {list(FIELDS)}")
         for target in self._targets(provider):
             for name, value in faults.items():
                 if name == "status_burst":

@@ -14,27 +14,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .faults import FIELDS
 from .part import ActionParams, choices, names, part, parts
 
 # action -> (required params, optional params), besides each provider's own
 # (`SimulatedProvider.actions`, named `<provider>.<verb>`).
 COMMON_ACTIONS: dict[str, ActionParams] = {
-    "fault.set": (
-        frozenset(),
-        frozenset(
-            {
-                "provider",
-                "status_burst",
-                "latency",
-                "drop",
-                "malformed",
-                "hang",
-                "rate_limit",
-                "missing_vendor_header",
-                "redirect",
-            }
-        ),
-    ),
+    "fault.set": (frozenset(), frozenset({"provider", *FIELDS})),
     "fault.clear": (frozenset(), frozenset({"provider"})),
     "log": (frozenset(), frozenset()),
 }
