@@ -30,7 +30,6 @@ from typing import Final, TypeVar
 from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
 
 from bridge.infra.backoff import for_humans, forever, retry_logger
-from bridge.infra.encoding import parse
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.spool import Spool, Spooled, SpoolError
 from sinks.api import Ok, Reject, Result, Retry, Sink
@@ -159,7 +158,7 @@ class Dispatcher:
 
     async def _attempt(self, sink: Sink, batch: list[Spooled]) -> Result:
         try:
-            return await sink.publish([parse(item.body) for item in batch])
+            return await sink.publish_encoded(batch)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
