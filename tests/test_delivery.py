@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.dispatch import READ_AHEAD, Dispatcher
 from bridge.pipeline.events import serialize
-from bridge.pipeline.spool import NewEvent, Spool
+from bridge.pipeline.spool import DB_NAME, NewEvent, Spool
 from sinks.base import Reject, Result, Retry
 from sinks.memory import MemorySink
 from tests.factories import instance, sample_events
+from tests.support import eventually
 
 
 def rows(events: Sequence[CloudEvent]) -> list[NewEvent]:
@@ -173,6 +175,44 @@ async def test_order_per_instance_is_kept(spool: Spool) -> None:
     for vm in ("vm-a", "vm-b"):
         got = [e.get_id() for e in sink.events if e.get_subject() == vm]
         assert got == [e.get_id() for e in mixed if e.get_subject() == vm]
+
+
+async def test_the_next_window_goes_out_while_an_acknowledgement_is_held_up(
+    spool: Spool, tmp_path: Path
+) -> None:
+    """Window N+1 is sent while window N's acknowledgements are written. Here that write is
+    held up (another writer holds the spool's lock, as a stuck disk would): the next window
+    still goes out, the held acknowledgement is retried, never re-sent, and in the end
+    every event reached the sink once, in order, and left the queue."""
+    events = sample_events(2 * READ_AHEAD + 10)
+    await spool.commit(rows(events))
+    await spool._run(lambda db: db.execute("PRAGMA busy_timeout=50"))
+    blocker = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None)
+
+    class LocksAfterTheFirstWindow(MemorySink):
+        locked = False
+
+        async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+            result = await super()._publish(batch)
+            if len(self.events) >= READ_AHEAD and not self.locked:
+                blocker.execute("BEGIN IMMEDIATE")
+                self.locked = True
+            return result
+
+    sink = LocksAfterTheFirstWindow("a")
+    dispatcher = Dispatcher(spool, [sink, MemorySink("b")], sleep=Sleeps())
+    dispatcher.start()
+    dispatcher.notify()
+    try:
+        await sink.wait_for(2 * READ_AHEAD)  # the second window went out meanwhile
+        assert dispatcher.stats["a"].delivered < 2 * READ_AHEAD  # not all acknowledged yet
+    finally:
+        blocker.rollback()
+        blocker.close()
+    await eventually(lambda: dispatcher.stats["a"].delivered == len(events))
+    await dispatcher.stop(1.0)
+    assert [e.get_id() for e in sink.events] == [e.get_id() for e in events]  # once, in order
+    assert "a" not in await spool.depth()
 
 
 async def test_stop_returns_within_the_deadline_and_keeps_the_backlog(spool: Spool) -> None:

@@ -534,14 +534,16 @@ class Spool:
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def pending(self, sink: str, limit: int) -> list[Spooled]:
-        """The oldest events not yet acknowledged by `sink`."""
+    async def pending(self, sink: str, limit: int, after: int = 0) -> list[Spooled]:
+        """The oldest events not yet acknowledged by `sink`, from seq `after` on (exclusive:
+        the dispatcher skips events delivered whose acknowledgement is still being written)."""
 
         def _pending(db: sqlite3.Connection) -> list[Spooled]:
             rows = db.execute(
                 "SELECT e.seq, e.id, e.body, p.attempts FROM pending p "
-                "JOIN events e ON e.seq = p.seq WHERE p.sink = ? ORDER BY p.seq LIMIT ?",
-                (sink, limit),
+                "JOIN events e ON e.seq = p.seq WHERE p.sink = ? AND p.seq > ? "
+                "ORDER BY p.seq LIMIT ?",
+                (sink, after, limit),
             ).fetchall()
             return [Spooled(seq, id_, bytes(body), attempts) for seq, id_, body, attempts in rows]
 
