@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -175,6 +177,35 @@ async def test_order_per_instance_is_kept(spool: Spool) -> None:
     for vm in ("vm-a", "vm-b"):
         got = [e.get_id() for e in sink.events if e.get_subject() == vm]
         assert got == [e.get_id() for e in mixed if e.get_subject() == vm]
+
+
+async def test_the_first_send_overlaps_the_commits_fsync(
+    spool: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatcher is woken as soon as the commit is written, not once it is fsynced,
+    and `commit` still returns only after the fsync (the watcher's checkpoint is
+    acknowledged exactly as late as before). The test holds `os.fsync` back: a disk that is
+    slow on demand cannot be had here."""
+    release = threading.Event()
+    fsync = os.fsync
+
+    def held_fsync(fd: int) -> None:
+        release.wait(10)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", held_fsync)
+    sink = MemorySink("a")
+    dispatcher = Dispatcher(spool, [sink, MemorySink("b")])
+    dispatcher.start()
+    commit = asyncio.create_task(spool.commit(rows(sample_events(1)), {"gce": {"n": 1}}))
+    try:
+        await sink.wait_for(1)  # delivered while the fsync is still held
+        assert not commit.done()
+    finally:
+        release.set()
+    assert len(await commit) == 1
+    await dispatcher.stop(1.0)
+    assert await spool.load_checkpoint("gce") == {"n": 1}
 
 
 async def test_the_next_window_goes_out_while_an_acknowledgement_is_held_up(
