@@ -286,7 +286,20 @@ class Dispatcher:
         A spool that cannot be written must not turn into a storm: delivered events wait in
         memory for their acknowledgement (they are not sent again meanwhile), and every
         retry waits like a sink retry, up to `retry_max`. Raises `_Stop` on shutdown.
+
+        The first attempt runs bare, as in `_deliver`: a notice's way from the spool to the
+        sink passes here, and tenacity's set-up costs more than the read it wraps. Only a
+        failure enters the retry loop, which starts from that failure.
         """
+        try:
+            return await call()
+        except SpoolError as exc:
+            failures = [exc]
+
+        async def attempt() -> T:
+            if failures:
+                raise failures.pop()
+            return await call()
 
         before_sleep = retry_logger(
             log, f"sink {sink}: cannot {what}", quiet=logging.INFO, loud=(1, 10), every=100
@@ -299,9 +312,9 @@ class Dispatcher:
             sleep=self._interruptible_sleep,
             before_sleep=before_sleep,
         )
-        async for attempt in retrying:
-            with attempt:
-                return await call()
+        async for trying in retrying:
+            with trying:
+                return await attempt()
         raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
     async def _send_window(
