@@ -9,7 +9,7 @@ swallowed failures (a "send" that logs and returns) cannot exist here.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -94,9 +94,7 @@ class Sink(abc.ABC):
 
     async def publish(self, batch: Sequence[CloudEvent]) -> Result:
         """Deliver `batch` in order and say how it went; never raises for delivery failures."""
-        if self._closed:
-            raise SinkClosedError(f"sink {self.name!r} is closed")
-        if not batch:
+        if not self._has_work(batch):
             return Ok()
         return await self._publish(batch)
 
@@ -109,11 +107,15 @@ class Sink(abc.ABC):
         back only to serialize them again costs more per event than a webhook POST's own
         protocol work, and the bytes sent are the same.
         """
-        if self._closed:
-            raise SinkClosedError(f"sink {self.name!r} is closed")
-        if not batch:
+        if not self._has_work(batch):
             return Ok()
         return await self._publish_encoded(batch)
+
+    def _has_work(self, batch: Sized) -> bool:
+        """Whether `batch` holds anything to send; `SinkClosedError` once the sink is closed."""
+        if self._closed:
+            raise SinkClosedError(f"sink {self.name!r} is closed")
+        return bool(batch)
 
     async def _publish_encoded(self, batch: Sequence[Encoded]) -> Result:
         return await self._publish([parse(item.body) for item in batch])
