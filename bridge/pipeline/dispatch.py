@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Final, TypeVar
 
-from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
+from tenacity import RetryCallState, retry_if_result
 
-from bridge.infra.backoff import for_humans, forever, retry_logger
+from bridge.infra.backoff import for_humans, forever, retry_logger, retry_until_done
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.spool import Spool, Spooled, SpoolError
 from sinks.api import Ok, Reject, Result, Retry, Sink
@@ -286,36 +286,17 @@ class Dispatcher:
         A spool that cannot be written must not turn into a storm: delivered events wait in
         memory for their acknowledgement (they are not sent again meanwhile), and every
         retry waits like a sink retry, up to `retry_max`. Raises `_Stop` on shutdown.
-
-        The first attempt runs bare, as in `_deliver`: a notice's way from the spool to the
-        sink passes here, and tenacity's set-up costs more than the read it wraps. Only a
-        failure enters the retry loop, which starts from that failure.
         """
-        try:
-            return await call()
-        except SpoolError as exc:
-            failures = [exc]
-
-        async def attempt() -> T:
-            if failures:
-                raise failures.pop()
-            return await call()
-
-        before_sleep = retry_logger(
-            log, f"sink {sink}: cannot {what}", quiet=logging.INFO, loud=(1, 10), every=100
-        )
-        retrying = forever(
-            retry_if_exception_type(SpoolError),
-            self._retry_initial,
-            self._retry_max,
-            lambda _state: None,
+        return await retry_until_done(
+            call,
+            retry_on=SpoolError,
+            initial=self._retry_initial,
+            maximum=self._retry_max,
+            before_sleep=retry_logger(
+                log, f"sink {sink}: cannot {what}", quiet=logging.INFO, loud=(1, 10), every=100
+            ),
             sleep=self._interruptible_sleep,
-            before_sleep=before_sleep,
         )
-        async for trying in retrying:
-            with trying:
-                return await attempt()
-        raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
     async def _send_window(
         self, sink: Sink, window: list[Spooled], step: int | None, acks: _Acks
