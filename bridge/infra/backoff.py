@@ -115,24 +115,7 @@ async def retry_until_done(
 ) -> T:
     """`call` until it returns, retried on `retry_on` by this policy: the helper of every
     loop that must not give up (spooling a notice, recording an action, an approval,
-    detecting the cloud, reading the spool for a sink). Cancellation ends it; another
-    exception propagates.
-
-    The first attempt runs bare: every notice passes here on its way to the spool and to
-    the sinks, and setting up tenacity's retry state costs more than a small spool
-    transaction. Only a failure enters the retry loop, which starts from that failure, so
-    the backoff and the log lines are the same as if it had run every attempt.
-    """
-    try:
-        return await call()
-    except retry_on as exc:
-        failures = [exc]
-
-    async def attempt() -> T:
-        if failures:
-            raise failures.pop()
-        return await call()
-
+    detecting the cloud). Cancellation ends it; another exception propagates."""
     retrying = forever(
         retry_if_exception_type(retry_on),
         initial,
@@ -143,9 +126,9 @@ async def retry_until_done(
     )
     # Not `await retrying(call)`: tenacity runs a plain function (a lambda returning a
     # coroutine) without awaiting what it returns.
-    async for trying in retrying:
-        with trying:
-            return await attempt()
+    async for attempt in retrying:
+        with attempt:
+            return await call()
     raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
 
