@@ -105,7 +105,8 @@ def breakdown(series: Series, path: Path) -> list[str]:
     `path`): from the server's answer to the update reaching the runner, the spool commit
     until the dispatcher is woken, the hand-off to the dispatcher, the POST until the
     receiver holds the event. The commit's fsync starts when the dispatcher is woken and
-    overlaps the last two steps; its own median is reported after them."""
+    overlaps the hand-off (the dispatcher reads the event meanwhile and sends it once the
+    fsync is done); its own median is reported after the steps."""
     if not path.exists():
         return ["(the bridge wrote no step timings)"]
     spans = read(path)
@@ -119,8 +120,8 @@ def breakdown(series: Series, path: Path) -> list[str]:
         update = first_after("update", answered)
         commit = first_after("commit", update[0]) if update else None
         fsync = first_after("fsync", commit[0]) if commit else None
-        # The dispatcher is woken when the fsync starts (before the fsync moved off the
-        # delivery path, when the commit ended).
+        # The dispatcher is woken when the fsync starts (before the fsync overlapped the
+        # hand-off: when the commit ended).
         woken = fsync[0] if fsync is not None and commit and fsync[1] <= commit[1] else None
         if woken is None and commit is not None:
             woken = commit[1]
@@ -131,7 +132,7 @@ def breakdown(series: Series, path: Path) -> list[str]:
             ("answer read, parsed and diffed; update to the runner", answered, update[0]),
             ("events built, spool commit until the dispatcher is woken (SQLite, on the "
              "spool thread)", update[0], woken),
-            ("hand-off: dispatcher woken, spool read", woken, post[0]),
+            ("hand-off: dispatcher woken, spool read, fsync done", woken, post[0]),
             ("the POST, until the receiver holds the body", post[0], held),
         ):  # fmt: skip
             steps.setdefault(name, []).append((end - start) * 1000)
@@ -146,7 +147,7 @@ def breakdown(series: Series, path: Path) -> list[str]:
     fsyncs = [(end - start) * 1000 for start, end in spans.get("fsync", [])]
     if fsyncs:
         lines.append(
-            f"  (of which its fsync, overlapping the hand-off and the POST: median "
+            f"  (of which its fsync, overlapping the hand-off: median "
             f"{statistics.median(fsyncs):.2f} ms)"
         )
     return lines

@@ -14,7 +14,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from bridge.pipeline.dispatch import READ_AHEAD, Dispatcher
 from bridge.pipeline.events import serialize
-from bridge.pipeline.spool import DB_NAME, NewEvent, Spool
+from bridge.pipeline.spool import DB_NAME, NewEvent, Spool, Spooled
 from sinks.base import Reject, Result, Retry
 from sinks.memory import MemorySink
 from tests.factories import instance, sample_events
@@ -179,13 +179,13 @@ async def test_order_per_instance_is_kept(spool: Spool) -> None:
         assert got == [e.get_id() for e in mixed if e.get_subject() == vm]
 
 
-async def test_the_first_send_overlaps_the_commits_fsync(
+async def test_the_dispatcher_reads_during_the_fsync_and_sends_after_it(
     spool: Spool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The dispatcher is woken as soon as the commit is written, not once it is fsynced,
-    and `commit` still returns only after the fsync (the watcher's checkpoint is
-    acknowledged exactly as late as before). The test holds `os.fsync` back: a disk that is
-    slow on demand cannot be had here."""
+    """The dispatcher is woken as soon as the commit is written and reads the new event
+    while the commit is fsynced, but sends nothing before that fsync is done, and `commit`
+    returns only then (the watcher's checkpoint is acknowledged exactly as late as before).
+    The test holds `os.fsync` back: a disk that is slow on demand cannot be had here."""
     release = threading.Event()
     fsync = os.fsync
 
@@ -193,17 +193,28 @@ async def test_the_first_send_overlaps_the_commits_fsync(
         release.wait(10)
         fsync(fd)
 
+    reads: list[int] = []
+    pending = spool.pending
+
+    async def counted_pending(sink: str, limit: int, after: int = 0) -> list[Spooled]:
+        window = await pending(sink, limit, after)
+        reads.extend(item.seq for item in window if sink == "a")
+        return window
+
     monkeypatch.setattr(os, "fsync", held_fsync)
+    monkeypatch.setattr(spool, "pending", counted_pending)
     sink = MemorySink("a")
     dispatcher = Dispatcher(spool, [sink, MemorySink("b")])
     dispatcher.start()
     commit = asyncio.create_task(spool.commit(rows(sample_events(1)), {"gce": {"n": 1}}))
     try:
-        await sink.wait_for(1)  # delivered while the fsync is still held
+        await eventually(lambda: len(reads) == 1)  # read while the fsync is held
+        assert sink.events == []
         assert not commit.done()
     finally:
         release.set()
     assert len(await commit) == 1
+    await sink.wait_for(1)
     await dispatcher.stop(1.0)
     assert await spool.load_checkpoint("gce") == {"n": 1}
 

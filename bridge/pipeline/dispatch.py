@@ -327,6 +327,7 @@ class Dispatcher:
         size = step or sink.max_batch
         for start in range(0, len(window), size):
             batch = window[start : start + size]
+            await self._spool.durable([item.seq for item in batch])  # read early, sent when safe
             result = await self._deliver(sink, batch)
             if isinstance(result, Ok):
                 acks.add(batch)

@@ -5,19 +5,19 @@ Guarantees (SQLite in `state.dir`, WAL journal):
   returns, both survive a power cut, and a crash before it returns loses neither (the
   watcher, restarted from the old checkpoint, sees the same transition again and announces
   it with the same deterministic id).
-- The fsync is off the delivery path, not skipped. The transaction commits with
-  `synchronous=NORMAL` (written to the OS: from that moment it survives kill -9), the
-  dispatcher is woken at once, and a second thread fsyncs the WAL file right after; `commit`
-  returns only when that fsync is done, so the watcher's checkpoint is acknowledged exactly
-  as late as with `synchronous=FULL`, while the first delivery attempt overlaps the fsync
-  (about a millisecond of every notice's latency). What a power cut in that window can do:
-  an event may already be delivered (or in flight) when the machine loses it together with
-  the checkpoint that announced it; after the reboot the watcher, back at the old
-  checkpoint, announces the transition again with the same id, so the sink sees it twice
-  (at-least-once, as after any crash between a send and its acknowledgement), or, if the
-  notice is gone by then, the sink holds an event the spool no longer knows. Nothing is
-  lost and no id changes. A failed fsync fails the commit (`SpoolError`) like a failed
-  write: the watcher retries it, and the retry (same ids, `INSERT OR IGNORE`) fsyncs again.
+- The fsync overlaps the dispatcher's hand-off, not the send. The transaction commits with
+  `synchronous=NORMAL` (written to the OS: from then on it survives kill -9), the
+  dispatcher is woken at once and reads the new events from the spool while a second
+  thread fsyncs the WAL file; it sends them only once that fsync is done (`durable`), and
+  `commit` returns at that moment too, so the watcher's checkpoint is acknowledged exactly
+  as late as with `synchronous=FULL`. Nothing is sent that a power cut could take back, and
+  the bridge's own bookkeeping after a commit (the notices in force, the counters, the
+  actions) still happens before any sink sees the event. A failed fsync fails the commit
+  (`SpoolError`) like a failed write: the events stay unsent until an fsync succeeds, the
+  watcher retries the commit (same ids, `INSERT OR IGNORE`) and the retry fsyncs again.
+  (Sending during the fsync as well would save about another millisecond, but a sink
+  could then hold a notice before the status API knows it, and a power cut could take
+  back a delivered one.)
 - An event is pending once per sink configured when it was committed, and leaves a sink's
   queue only when that sink acknowledged it (`ack`) or rejected it for good (`dead_letter`,
   kept with the reason until replayed or purged). Sinks are independent: a dead webhook
@@ -206,6 +206,9 @@ class Spool:
         self.writes = SpoolHealth()
         #: Set by every commit that adds events (see `new_events`).
         self._new_events: list[asyncio.Event] = []
+        #: Seqs committed but not yet fsynced, and the signal of the next successful fsync.
+        self._unsynced: set[int] = set()
+        self._fsynced = asyncio.Event()
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -313,13 +316,24 @@ class Spool:
         raise SpoolError(f"the spool {self.path} is gone")
 
     async def _durable(self) -> None:
-        """`_fsync` on the fsync thread; a failure counts as a failed write."""
+        """`_fsync` on the fsync thread; a failure counts as a failed write. A success makes
+        every seq committed before it durable and wakes whoever waits in `durable`."""
+        covered = set(self._unsynced)
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._syncer, self._fsync)
         except SpoolError as exc:
             self.writes.failed(str(exc))
             raise
+        self._unsynced -= covered
+        signal, self._fsynced = self._fsynced, asyncio.Event()
+        signal.set()
+
+    async def durable(self, seqs: Sequence[int]) -> None:
+        """Wait until the commits that added `seqs` are fsynced (at once when they are): the
+        dispatcher reads new events during the fsync and sends them after it."""
+        while not self._unsynced.isdisjoint(seqs):
+            await self._fsynced.wait()
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -405,7 +419,7 @@ class Spool:
         """Store events and checkpoints atomically and durably; return the new seqs.
 
         The dispatcher is woken as soon as the transaction is written; this returns once it
-        is also fsynced (see the module docstring: the fsync overlaps the first send).
+        is also fsynced (see the module docstring: the fsync overlaps the hand-off).
 
         In the same transaction: `plan` adds actions (key: detail) in state `planned` unless
         the key exists already; `states` sets existing actions' states; `in_force` sets
@@ -435,6 +449,7 @@ class Spool:
                 self.overflowed[sink],
                 sink,
             )
+        self._unsynced.update(added)
         if events:
             for signal in self._new_events:
                 signal.set()
