@@ -18,12 +18,8 @@ second and is usable (first table) in the browser in under two, at full size.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import sys
-import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -31,18 +27,16 @@ import httpx
 
 from bench.fleet import (
     FULL,
-    QUICK,
     Sizes,
-    _verdict,
     _vm,
-    fleet_events,
-    ingest,
+    bench_main,
+    fleet_ingested,
     latency,
-    start_fleet,
+    store_counts,
+    store_rows,
+    targets_table,
 )
-from bench.procs import ROOT
 from bench.stats import Summary, summarize
-from tests.support import free_port
 
 RENDER_TARGET_MS: Final = 1000.0
 LOAD_TARGET_MS: Final = 2000.0
@@ -82,16 +76,7 @@ async def browser_loads(url: str, workdir: Path, loads: int) -> tuple[Summary, S
 
 
 async def run(sizes: Sizes, workdir: Path) -> str:
-    print(
-        f"[bench.dashboard] writing {sizes.events} events of {sizes.instances} VMs", file=sys.stderr
-    )
-    bodies = fleet_events(sizes, datetime.now(UTC))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = await start_fleet(workdir, port)
-    try:
-        print("[bench.dashboard] ingesting over HTTP", file=sys.stderr)
-        await ingest(url, bodies)
+    async with fleet_ingested(sizes, workdir, "bench.dashboard") as (url, _proc, _rate):
         async with httpx.AsyncClient(base_url=url, timeout=120) as http:
             started = time.perf_counter()
             (await http.get("/")).raise_for_status()
@@ -109,10 +94,7 @@ async def run(sizes: Sizes, workdir: Path) -> str:
             rows.append((label, summary, size))
         print("[bench.dashboard] loading the page in Chromium", file=sys.stderr)
         browser = await browser_loads(url + "/", workdir, LOADS if sizes is FULL else 2)
-        async with httpx.AsyncClient(base_url=url) as http:
-            counts = (await http.get("/v1/fleet/summary")).json()["store"]
-    finally:
-        await proc.stop()
+        counts = await store_counts(url)
     return render(sizes, first_render, rows, browser, counts)
 
 
@@ -130,19 +112,27 @@ def render(
         f"{sizes.instances:,} instances, {sizes.events:,} events (`python -m bench.dashboard`); "
         "the fleet service in its own process, SQLite store.",
         "",
-        "## Targets",
-        "",
-        "| target | measured | verdict |",
-        "| --- | --- | --- |",
-        f"| `/` server render p99 < {RENDER_TARGET_MS:g} ms | {whole.p99:.0f} ms | "
-        f"{_verdict(whole.p99 < RENDER_TARGET_MS)} |",
+        *targets_table(
+            [
+                (
+                    f"`/` server render p99 < {RENDER_TARGET_MS:g} ms",
+                    f"{whole.p99:.0f} ms",
+                    whole.p99 < RENDER_TARGET_MS,
+                ),
+                *(
+                    [
+                        (
+                            f"`/` in Chromium, first table p99 < {LOAD_TARGET_MS:g} ms",
+                            f"{browser[0].p99:.0f} ms",
+                            browser[0].p99 < LOAD_TARGET_MS,
+                        )
+                    ]
+                    if browser is not None
+                    else []
+                ),
+            ]
+        ),
     ]
-    if browser is not None:
-        first = browser[0]
-        lines.append(
-            f"| `/` in Chromium, first table p99 < {LOAD_TARGET_MS:g} ms | {first.p99:.0f} ms | "
-            f"{_verdict(first.p99 < LOAD_TARGET_MS)} |"
-        )
     lines += [
         "",
         "## Server render",
@@ -174,24 +164,13 @@ def render(
         ]
     lines += [
         "",
-        f"Store rows: {', '.join(f'{k} {v:,}' for k, v in sorted(counts.items()))}.",
+        f"Store rows: {store_rows(counts)}.",
         "",
     ]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.dashboard", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    args = parser.parse_args(argv)
-    sizes = QUICK if args.quick else FULL
-    with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as tmp:
-        report = asyncio.run(run(sizes, Path(tmp)))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "dashboard.md").write_text(report)
-    print(report)
-    return 0
+main = bench_main("dashboard", __doc__, run)
 
 
 if __name__ == "__main__":

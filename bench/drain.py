@@ -144,11 +144,14 @@ DRAIN_STEPS = {
         "bridge.pipeline.dispatch",
         "Dispatcher",
         "_deliver",
-    ): "delivery: parse, encode, the HTTP exchange",
+    ): "delivery: encode, the HTTP exchange",
     ("bridge.infra.http1", "Http1Client", "request"): "  of which the HTTP exchange",
-    ("bridge.pipeline.spool", "Spool", "ack"): "acknowledgements (spool transactions, awaited)",
     ("bridge.pipeline.spool", "Spool", "pending"): "spool reads (windows of pending events)",
+    ("bridge.pipeline.spool", "Spool", "ack"): "acknowledgements (spool transactions, written "
+    "in the background while the next window is sent: not part of the sum)",
 }
+#: The steps that overlap the others (not added up).
+_CONCURRENT = {"request", "ack"}
 
 
 async def drain_steps(sink: dict[str, Any], total: int) -> list[str]:
@@ -162,7 +165,7 @@ async def drain_steps(sink: dict[str, Any], total: int) -> list[str]:
     accounted = 0.0
     for (_, _, method), step in DRAIN_STEPS.items():
         spent = sum(durations[step]) / total * 1e6
-        accounted += 0.0 if method == "request" else spent
+        accounted += 0.0 if method in _CONCURRENT else spent
         lines.append(f"  {spent:6.0f} us  {step}")
     lines.append(f"  {per_event - accounted:6.0f} us  the rest (the worker's loop, waiting)")
     return lines

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, Protocol
 
 import httpx
 import psutil
@@ -182,15 +185,75 @@ async def latency(url: str, path: str, requests: int) -> tuple[Summary, int]:
     return summarize(samples), size
 
 
-async def run(sizes: Sizes, workdir: Path) -> str:
-    print(f"[bench.fleet] writing {sizes.events} events of {sizes.instances} VMs", file=sys.stderr)
+@contextlib.asynccontextmanager
+async def fleet_ingested(
+    sizes: Sizes, workdir: Path, bench: str
+) -> AsyncIterator[tuple[str, Proc, float]]:
+    """A fleet service in its own process holding the fleet of `sizes`, ingested over HTTP:
+    its url, its process and the ingest rate (events/s). Stopped on the way out."""
+    print(f"[{bench}] writing {sizes.events} events of {sizes.instances} VMs", file=sys.stderr)
     bodies = fleet_events(sizes, datetime.now(UTC))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = await start_fleet(workdir, port)
     try:
-        print("[bench.fleet] ingesting over HTTP", file=sys.stderr)
+        print(f"[{bench}] ingesting over HTTP", file=sys.stderr)
         rate = await ingest(url, bodies)
+        yield url, proc, rate
+    finally:
+        await proc.stop()
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def targets_table(rows: list[tuple[str, str, bool]]) -> list[str]:
+    """The "## Targets" section of a fleet report: (target, measured, met) per row."""
+    lines = ["## Targets", "", "| target | measured | verdict |", "| --- | --- | --- |"]
+    return lines + [f"| {target} | {measured} | {_verdict(ok)} |" for target, measured, ok in rows]
+
+
+def store_rows(counts: dict[str, int]) -> str:
+    """The fleet store's row counts, as one line of a report."""
+    return ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
+
+
+async def store_counts(url: str) -> dict[str, int]:
+    async with httpx.AsyncClient(base_url=url) as http:
+        counts: dict[str, int] = (await http.get("/v1/fleet/summary")).json()["store"]
+    return counts
+
+
+class Main(Protocol):
+    def __call__(self, argv: list[str] | None = None) -> int: ...
+
+
+def bench_main(
+    name: str, doc: str | None, run: Callable[[Sizes, Path], Coroutine[Any, Any, str]]
+) -> Main:
+    """The `main` of `python -m bench.<name> [--quick] [--out DIR]` (this module and
+    `bench.dashboard`): `run` at full or quick size in a temporary directory, its report
+    written to `<name>.md` in `--out` (default bench/results) and printed."""
+
+    def main(argv: list[str] | None = None) -> int:
+        parser = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=doc)
+        parser.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs")
+        parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+        args = parser.parse_args(argv)
+        sizes = QUICK if args.quick else FULL
+        with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
+            report = asyncio.run(run(sizes, Path(tmp)))
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{name}.md").write_text(report)
+        print(report)
+        return 0
+
+    return main
+
+
+async def run(sizes: Sizes, workdir: Path) -> str:
+    async with fleet_ingested(sizes, workdir, "bench.fleet") as (url, proc, rate):
         busy, quiet, other = _vm(20), _vm(1), _vm(40)  # every 20th VM has a notice in force
         paths = {
             "notices, all in force": "/v1/fleet/notices",
@@ -206,17 +269,10 @@ async def run(sizes: Sizes, workdir: Path) -> str:
             print(f"[bench.fleet] timing {label}", file=sys.stderr)
             summary, size = await latency(url, path, sizes.requests)
             rows.append((label, summary, size))
-        async with httpx.AsyncClient(base_url=url) as http:
-            counts = (await http.get("/v1/fleet/summary")).json()["store"]
+        counts = await store_counts(url)
         rss = proc.peak_rss_mb()
         cpu = proc.cpu_seconds()
-    finally:
-        await proc.stop()
     return render(sizes, rate, rows, counts, rss, cpu)
-
-
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
 
 
 def render(
@@ -233,18 +289,24 @@ def render(
         f"{sizes.instances:,} instances, {sizes.events:,} events (`python -m bench.fleet`); "
         "the fleet service in its own process, SQLite store, signed `http` source.",
         "",
-        "## Targets",
-        "",
-        "| target | measured | verdict |",
-        "| --- | --- | --- |",
-        f"| HTTP batch ingest into SQLite >= {INGEST_TARGET:,.0f} events/s | "
-        f"{rate:,.0f} events/s | {_verdict(rate >= INGEST_TARGET)} |",
+        *targets_table(
+            [
+                (
+                    f"HTTP batch ingest into SQLite >= {INGEST_TARGET:,.0f} events/s",
+                    f"{rate:,.0f} events/s",
+                    rate >= INGEST_TARGET,
+                ),
+                *(
+                    (
+                        f"{label}: p99 < {LATENCY_TARGET_MS:g} ms",
+                        f"{summary.p99:.1f} ms",
+                        summary.p99 < LATENCY_TARGET_MS,
+                    )
+                    for label, summary, _size in rows
+                ),
+            ]
+        ),
     ]
-    for label, summary, _size in rows:
-        ok = summary.p99 < LATENCY_TARGET_MS
-        lines.append(
-            f"| {label}: p99 < {LATENCY_TARGET_MS:g} ms | {summary.p99:.1f} ms | {_verdict(ok)} |"
-        )
     lines += [
         "",
         "## API latency",
@@ -260,7 +322,7 @@ def render(
         "",
         "## Store and process",
         "",
-        f"- rows: {', '.join(f'{k} {v:,}' for k, v in sorted(counts.items()))}",
+        f"- rows: {store_rows(counts)}",
         f"- fleet service peak RSS: {rss:.0f} MiB; CPU time over the run: {cpu:.1f} s",
         f"- host: {os.cpu_count()} CPUs, load average {psutil.getloadavg()[0]:.1f} at the end "
         "(the machine may be shared: compare p50s, and p99s only on a quiet host)",
@@ -271,18 +333,7 @@ def render(
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    args = parser.parse_args(argv)
-    sizes = QUICK if args.quick else FULL
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
-        report = asyncio.run(run(sizes, Path(tmp)))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fleet.md").write_text(report)
-    print(report)
-    return 0
+main = bench_main("fleet", __doc__, run)
 
 
 if __name__ == "__main__":

@@ -225,10 +225,11 @@ def render(results: Results) -> str:
     add("Ratios are bridge / vendor sample measured in the same run (below 1x the bridge is")
     add("faster or smaller); for the drain into the plain receiver, bridge / plain synchronous")
     add("client. The samples only print what they see; the bridge also commits each event to")
-    add("its SQLite spool with fsync and POSTs it to a webhook. Rows marked plain http.server")
-    add("ran against Python's `http.server` as the metadata server and the webhook receiver")
-    add("(it writes an answer's head and body separately, as many real servers do); the")
-    add("others against our aiohttp simulator and receiver (one write per answer).")
+    add("its SQLite spool, fsyncs it (while the dispatcher reads it back) and POSTs it to a")
+    add("webhook. Rows marked plain http.server ran against Python's `http.server` as the")
+    add("metadata server and the webhook receiver (it writes an answer's head and body")
+    add("separately, as many real servers do); the others against our aiohttp simulator and")
+    add("receiver (one write per answer).")
     add("")
     _latency(results, add)
     _process(results, add)
@@ -259,9 +260,10 @@ def _latency(results: Results, emit: Emit) -> None:
     emit("process has read the whole POST body (for the samples: the moment they print the")
     emit("notice). Poll wait: from the change to the moment the simulator handed its first")
     emit("answer carrying it to the HTTP server. Our part = total - poll wait: the watcher's")
-    emit("reading and parsing, the diff, the spool commit (fsync), the dispatcher and the")
-    emit("webhook POST; for the samples, reading, parsing and printing. CLOCK_MONOTONIC is")
-    emit("one clock for all processes of a Linux host. Azure transitions are adds and")
+    emit("reading and parsing, the diff, the spool commit, the dispatcher and the webhook")
+    emit("POST (the commit's fsync overlaps the hand-off, on its own thread); for the samples,")
+    emit("reading, parsing and printing. CLOCK_MONOTONIC is one clock for all processes of")
+    emit("a Linux host. Azure transitions are adds and")
     emit("removals of events at random moments (about two per second), so several can share")
     emit("one poll; all Azure watchers saw the same sequence. AWS transitions are a Spot")
     emit("interruption notice appearing and going away (bench/aws.py). Plot: `latency.png`.")
@@ -309,7 +311,7 @@ def _drain(results: Results, emit: Emit) -> None:
     emit("| measure | value |")
     emit("| --- | --- |")
     emit(
-        f"| spool commit per notice (one event + checkpoint, fsync), p50 / p99 | "
+        f"| spool commit per notice (one event + checkpoint, until fsynced), p50 / p99 | "
         f"{commit.p50:.2f} ms / {commit.p99:.2f} ms |"
     )
     for item in results.drains:

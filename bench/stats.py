@@ -31,7 +31,7 @@ class Series:
     `total`: from the change in the simulator to the moment the consumer held the notice
     (our receiver got the event / the sample printed it). `wait`: from the change to the
     moment the simulator handed over the first answer carrying it. `ours` = total - wait:
-    what the watcher itself adds (parse, diff, spool commit with fsync, dispatch, HTTP POST).
+    what the watcher itself adds (parse, diff, spool commit, dispatch, HTTP POST).
     """
 
     name: str

@@ -8,7 +8,7 @@ from typing import Literal
 
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import Ok, Result, Retry, Sink, SinkConfig, serialize
+from sinks.api import Encoded, Ok, Result, Retry, Sink, SinkConfig, serialize
 
 
 class Config(SinkConfig, frozen=True, kw_only=True):
@@ -24,11 +24,18 @@ class StdoutSink(Sink):
         self._pretty = pretty
 
     async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+        return self._write([serialize(event) for event in batch])
+
+    async def _publish_encoded(self, batch: Sequence[Encoded]) -> Result:
+        """The spooled bytes are the line: no parsing them back to write them again."""
+        return self._write([item.body for item in batch])
+
+    def _write(self, bodies: Sequence[bytes]) -> Result:
         import json
 
         try:
-            for event in batch:
-                line = serialize(event).decode()
+            for body in bodies:
+                line = body.decode()
                 if self._pretty:
                     line = json.dumps(json.loads(line), indent=2)
                 sys.stdout.write(line + "\n")

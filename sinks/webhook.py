@@ -31,20 +31,19 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
 import msgspec
-from cloudevents.core.bindings.http import to_binary
-from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.infra.backoff import parse_retry_after
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from sinks import _webhook_signing as signing
 from sinks.api import (
+    Encoded,
     FieldError,
     Health,
     HttpUrl,
@@ -55,6 +54,7 @@ from sinks.api import (
     Secret,
     Sink,
     SinkConfig,
+    parse,
     serialize,
 )
 
@@ -74,7 +74,6 @@ HANDSHAKE_DENIED_RETRY_AFTER: Final = 300.0
 
 _TRANSIENT_STATUS: Final = frozenset({408, 425, 429})
 _HEALTH_FAILURES: Final = frozenset({401, 403, 407, 410})
-_FORMAT: Final = JSONFormat()
 _HEADER_NAME: Final = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 # Headers the sink sets itself: letting `headers` override them would break the binding,
 # the signature or the handshake in ways a receiver could not tell from an attack.
@@ -254,21 +253,31 @@ class WebhookSink(Sink):
 
     def _encode(self, batch: Sequence[CloudEvent]) -> tuple[bytes, dict[str, str]]:
         """The body and binding headers of one request, serialized exactly once."""
-        if self.mode == "batch":
-            body = b"[" + b",".join(serialize(event) for event in batch) + b"]"
-            return body, {"content-type": BATCH_CONTENT_TYPE}
-        (event,) = batch
         if self.mode == "binary":
-            message = to_binary(event, _FORMAT)
+            (event,) = batch
+            # Imported here: the SDK's HTTP binding pulls in its date parser and time zone
+            # database (about 2 MiB resident), which structured and batch mode never use.
+            from cloudevents.core.bindings.http import to_binary
+            from cloudevents.core.formats.json import JSONFormat
+
+            message = to_binary(event, JSONFormat())
             headers = dict(message.headers)
             headers.setdefault("content-type", "application/json")
             return message.body, headers
-        return serialize(event), {"content-type": STRUCTURED_CONTENT_TYPE}
+        return self._splice([serialize(event) for event in batch])
 
-    def _signature(self, batch: Sequence[CloudEvent], body: bytes) -> dict[str, str]:
+    def _splice(self, bodies: Sequence[bytes]) -> tuple[bytes, dict[str, str]]:
+        """The body and binding header of a structured or batch request from structured-mode
+        JSON events: one event as it is, a batch as the JSON array of them."""
+        if self.mode == "batch":
+            return b"[" + b",".join(bodies) + b"]", {"content-type": BATCH_CONTENT_TYPE}
+        (body,) = bodies
+        return body, {"content-type": STRUCTURED_CONTENT_TYPE}
+
+    def _signature(self, ids: Sequence[str], body: bytes) -> dict[str, str]:
         if self._signing == "standard":
             keys = [signing.standard_key(s.get_secret_value()) for s in self._secrets]
-            msg_id = signing.webhook_id([event.get_id() for event in batch])
+            msg_id = signing.webhook_id(ids)
             return signing.standard_headers(msg_id, int(time.time()), body, keys)
         if self._signing == "github":
             return signing.github_headers(body, self._secrets[0].get_secret_value().encode())
@@ -358,14 +367,29 @@ class WebhookSink(Sink):
         return Retry(self._disabled, DISABLED_RETRY_AFTER)
 
     async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+        return await self._post(lambda: self._encode(batch), [event.get_id() for event in batch])
+
+    async def _publish_encoded(self, batch: Sequence[Encoded]) -> Result:
+        """Structured and batch requests carry the spooled bytes as they are (the same bytes
+        `_encode` would write, without parsing them back); binary mode needs the attributes."""
+        if self.mode == "binary":
+            return await self._publish([parse(item.body) for item in batch])
+        bodies = [item.body for item in batch]
+        return await self._post(lambda: self._splice(bodies), [item.id for item in batch])
+
+    async def _post(
+        self, encode: Callable[[], tuple[bytes, dict[str, str]]], ids: Sequence[str]
+    ) -> Result:
+        """One delivery attempt of the events `ids`, whose body and binding headers `encode`
+        builds (only once the sink is enabled and allowed to send)."""
         if self._disabled is not None:
             log.error("sink %s: %s", self.name, self._disabled)
             return Retry(self._disabled, DISABLED_RETRY_AFTER)
         refused = await self._ensure_permission() or self._throttle()
         if refused is not None:
             return refused
-        body, binding = self._encode(batch)
-        headers = {**self._auth_headers(), **binding, **self._signature(batch, body)}
+        body, binding = encode()
+        headers = {**self._auth_headers(), **binding, **self._signature(ids, body)}
         if self._origin is not None:
             headers["origin"] = self._origin
         result: Result

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sqlite3
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.dispatch import READ_AHEAD, Dispatcher
 from bridge.pipeline.events import serialize
-from bridge.pipeline.spool import NewEvent, Spool
+from bridge.pipeline.spool import DB_NAME, NewEvent, Spool, Spooled
 from sinks.base import Reject, Result, Retry
 from sinks.memory import MemorySink
 from tests.factories import instance, sample_events
+from tests.support import eventually
 
 
 def rows(events: Sequence[CloudEvent]) -> list[NewEvent]:
@@ -173,6 +177,84 @@ async def test_order_per_instance_is_kept(spool: Spool) -> None:
     for vm in ("vm-a", "vm-b"):
         got = [e.get_id() for e in sink.events if e.get_subject() == vm]
         assert got == [e.get_id() for e in mixed if e.get_subject() == vm]
+
+
+async def test_the_dispatcher_reads_during_the_fsync_and_sends_after_it(
+    spool: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatcher is woken as soon as the commit is written and reads the new event
+    while the commit is fsynced, but sends nothing before that fsync is done, and `commit`
+    returns only then (the watcher's checkpoint is acknowledged exactly as late as before).
+    The test holds `os.fsync` back: a disk that is slow on demand cannot be had here."""
+    release = threading.Event()
+    fsync = os.fsync
+
+    def held_fsync(fd: int) -> None:
+        release.wait(10)
+        fsync(fd)
+
+    reads: list[int] = []
+    pending = spool.pending
+
+    async def counted_pending(sink: str, limit: int, after: int = 0) -> list[Spooled]:
+        window = await pending(sink, limit, after)
+        reads.extend(item.seq for item in window if sink == "a")
+        return window
+
+    monkeypatch.setattr(os, "fsync", held_fsync)
+    monkeypatch.setattr(spool, "pending", counted_pending)
+    sink = MemorySink("a")
+    dispatcher = Dispatcher(spool, [sink, MemorySink("b")])
+    dispatcher.start()
+    commit = asyncio.create_task(spool.commit(rows(sample_events(1)), {"gce": {"n": 1}}))
+    try:
+        await eventually(lambda: len(reads) == 1)  # read while the fsync is held
+        assert sink.events == []
+        assert not commit.done()
+    finally:
+        release.set()
+    assert len(await commit) == 1
+    await sink.wait_for(1)
+    await dispatcher.stop(1.0)
+    assert await spool.load_checkpoint("gce") == {"n": 1}
+
+
+async def test_the_next_window_goes_out_while_an_acknowledgement_is_held_up(
+    spool: Spool, tmp_path: Path
+) -> None:
+    """Window N+1 is sent while window N's acknowledgements are written. Here that write is
+    held up (another writer holds the spool's lock, as a stuck disk would): the next window
+    still goes out, the held acknowledgement is retried, never re-sent, and in the end
+    every event reached the sink once, in order, and left the queue."""
+    events = sample_events(2 * READ_AHEAD + 10)
+    await spool.commit(rows(events))
+    await spool._run(lambda db: db.execute("PRAGMA busy_timeout=50"))
+    blocker = sqlite3.connect(tmp_path / DB_NAME, isolation_level=None)
+
+    class LocksAfterTheFirstWindow(MemorySink):
+        locked = False
+
+        async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+            result = await super()._publish(batch)
+            if len(self.events) >= READ_AHEAD and not self.locked:
+                blocker.execute("BEGIN IMMEDIATE")
+                self.locked = True
+            return result
+
+    sink = LocksAfterTheFirstWindow("a")
+    dispatcher = Dispatcher(spool, [sink, MemorySink("b")], sleep=Sleeps())
+    dispatcher.start()
+    dispatcher.notify()
+    try:
+        await sink.wait_for(2 * READ_AHEAD)  # the second window went out meanwhile
+        assert dispatcher.stats["a"].delivered < 2 * READ_AHEAD  # not all acknowledged yet
+    finally:
+        blocker.rollback()
+        blocker.close()
+    await eventually(lambda: dispatcher.stats["a"].delivered == len(events))
+    await dispatcher.stop(1.0)
+    assert [e.get_id() for e in sink.events] == [e.get_id() for e in events]  # once, in order
+    assert "a" not in await spool.depth()
 
 
 async def test_stop_returns_within_the_deadline_and_keeps_the_backlog(spool: Spool) -> None:

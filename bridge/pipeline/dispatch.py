@@ -12,8 +12,16 @@ Throughput without reordering: a worker reads a window of up to `READ_AHEAD` eve
 query, sends them strictly one batch after another (per-sink order is the spool's order) and
 acknowledges the delivered ones in one spool transaction per window, or sooner when
 `ACK_EVERY` seconds have passed, before it handles a failure, and on the way out (stop or
-cancellation). A crash can therefore re-send at most one window of already delivered
+cancellation). A crash can therefore re-send at most two windows of already delivered
 events, with the same ids: at-least-once, as before, and never a loss.
+
+A window's acknowledgement transaction does not hold up the next window: the worker reads
+window N+1 (skipping the events whose acknowledgement is not yet written, so none is sent
+twice), hands window N's acknowledgements to a background write and sends window N+1 while
+that transaction commits on the spool's thread. One such write is in flight at a time, so
+at most two windows wait in memory. An acknowledgement that cannot be written is retried
+with the sink's backoff, never re-sent; the worker waits for it before writing the next
+one, before handling a failure, and before it goes idle.
 """
 
 from __future__ import annotations
@@ -27,10 +35,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Final, TypeVar
 
-from tenacity import RetryCallState, retry_if_exception_type, retry_if_result
+from tenacity import RetryCallState, retry_if_result
 
-from bridge.infra.backoff import forever, retry_logger
-from bridge.infra.encoding import parse
+from bridge.infra.backoff import forever, retry_logger, retry_until_done
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.spool import Spool, Spooled, SpoolError
 from sinks.api import Ok, Reject, Result, Retry, Sink
@@ -159,7 +166,7 @@ class Dispatcher:
 
     async def _attempt(self, sink: Sink, batch: list[Spooled]) -> Result:
         try:
-            return await sink.publish([parse(item.body) for item in batch])
+            return await sink.publish_encoded(batch)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -236,16 +243,28 @@ class Dispatcher:
         name = sink.name
         stats = self.stats[name]
         wakeup = self._wakeups[name]
-        acks = _Acks(self._spool, name, stats)
+        acks = _Acks(
+            self._spool,
+            name,
+            stats,
+            partial(self._spool_call, name, "acknowledge delivered events"),
+        )
         single = False
         try:
             while True:
                 wakeup.clear()
                 limit = 1 if single else max(sink.max_batch, READ_AHEAD)
+                after = acks.unwritten_up_to()
                 window = await self._spool_call(
-                    name, "read the spool", partial(self._spool.pending, name, limit)
+                    name, "read the spool", partial(self._spool.pending, name, limit, after)
                 )
+                # Read first, then write: the spool's thread runs both in turn, and the
+                # acknowledgements commit while this window is sent.
+                await acks.write_in_background()
                 if not window:
+                    if after:  # events skipped for their acknowledgement: look again once written
+                        await acks.settle()
+                        continue
                     single = False
                     if self._stopping.is_set():
                         return
@@ -256,7 +275,7 @@ class Dispatcher:
             return
         finally:
             try:
-                await acks.flush()
+                await acks.last_write()
             except SpoolError as exc:
                 log.error("sink %s: cannot acknowledge delivered events: %s", name, exc)
 
@@ -266,23 +285,32 @@ class Dispatcher:
         A spool that cannot be written must not turn into a storm: delivered events wait in
         memory for their acknowledgement (they are not sent again meanwhile), and every
         retry waits like a sink retry, up to `retry_max`. Raises `_Stop` on shutdown.
-        """
 
-        before_sleep = retry_logger(
-            log, f"sink {sink}: cannot {what}", quiet=logging.INFO, loud=(1, 10), every=100
-        )
-        retrying = forever(
-            retry_if_exception_type(SpoolError),
-            self._retry_initial,
-            self._retry_max,
-            lambda _state: None,
+        The first attempt runs bare, as in `_deliver`: every notice's hand-off passes here,
+        and setting up tenacity's retry state costs more than the read it wraps. Only a
+        failure enters the retry loop, which starts from that failure (same backoff, same
+        log lines).
+        """
+        try:
+            return await call()
+        except SpoolError as exc:
+            failures = [exc]
+
+        async def attempt() -> T:
+            if failures:
+                raise failures.pop()
+            return await call()
+
+        return await retry_until_done(
+            attempt,
+            retry_on=SpoolError,
+            initial=self._retry_initial,
+            maximum=self._retry_max,
+            before_sleep=retry_logger(
+                log, f"sink {sink}: cannot {what}", quiet=logging.INFO, loud=(1, 10), every=100
+            ),
             sleep=self._interruptible_sleep,
-            before_sleep=before_sleep,
         )
-        async for attempt in retrying:
-            with attempt:
-                return await call()
-        raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
     async def _send_window(
         self, sink: Sink, window: list[Spooled], step: int | None, acks: _Acks
@@ -298,13 +326,14 @@ class Dispatcher:
         size = step or sink.max_batch
         for start in range(0, len(window), size):
             batch = window[start : start + size]
+            await self._spool.durable([item.seq for item in batch])  # read early, sent when safe
             result = await self._deliver(sink, batch)
             if isinstance(result, Ok):
                 acks.add(batch)
                 if acks.due():
-                    await self._spool_call(name, "acknowledge delivered events", acks.flush)
+                    await acks.write_in_background()
                 continue
-            await self._spool_call(name, "acknowledge delivered events", acks.flush)
+            await acks.settle()
             if isinstance(result, Reject) and len(batch) > 1:
                 return True
             if isinstance(result, Reject):
@@ -323,8 +352,7 @@ class Dispatcher:
                 stats.dead_lettered += 1
                 stats.last_error = result.reason
             return step == 1
-        await self._spool_call(name, "acknowledge delivered events", acks.flush)
-        return step == 1
+        return step == 1  # the worker writes the acknowledgements while it sends the next
 
 
 class _Stop(Exception):
@@ -333,13 +361,21 @@ class _Stop(Exception):
 
 @dataclass
 class _Acks:
-    """Delivered events of one sink waiting to be acknowledged in the spool together."""
+    """Delivered events of one sink waiting to be acknowledged in the spool together, and
+    the one acknowledgement write that may run in the background (see the module docstring).
+    """
 
     spool: Spool
     sink: str
     stats: SinkStats
+    #: Runs a spool call, retried with the sink's backoff while the spool fails.
+    retrying: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]
+    #: Delivered, not yet handed to a write.
     seqs: list[int] = field(default_factory=list)
     since: float = 0.0
+    #: Handed to the write in flight, until it is written.
+    writing_seqs: list[int] = field(default_factory=list)
+    writing: asyncio.Task[None] | None = None
 
     def add(self, batch: Sequence[Spooled]) -> None:
         if not self.seqs:
@@ -349,13 +385,59 @@ class _Acks:
     def due(self) -> bool:
         return len(self.seqs) >= READ_AHEAD or time.monotonic() - self.since >= ACK_EVERY
 
-    async def flush(self) -> None:
-        """Write the acknowledgements; the stats count an event once it is acknowledged."""
-        if not self.seqs:
-            return
-        seqs = self.seqs
-        await self.spool.ack(self.sink, seqs)  # kept until written: retried, never re-sent
-        self.seqs = []
+    def unwritten_up_to(self) -> int:
+        """The highest seq delivered whose acknowledgement is not yet written (0: none):
+        the next read starts after it, so that no delivered event is sent again."""
+        return max(max(self.seqs, default=0), max(self.writing_seqs, default=0))
+
+    async def _write(self, seqs: list[int]) -> None:
+        """Write the acknowledgements (retried, never re-sent); the stats count an event once
+        it is acknowledged."""
+        await self.retrying(partial(self.spool.ack, self.sink, seqs))
         self.stats.delivered += len(seqs)
         self.stats.last_success = time.time()
         self.stats.failing_since = None
+
+    async def _written(self) -> None:
+        """Wait for the write in flight, if any (raises `_Stop` if shutdown interrupted it)."""
+        if self.writing is not None:
+            task = self.writing
+            await task
+            self.writing = None
+            self.writing_seqs = []
+
+    async def write_in_background(self) -> None:
+        """Start writing the acknowledgements gathered so far, once the write in flight is
+        done; return without waiting for this one (nothing gathered: return at once)."""
+        if not self.seqs:
+            return
+        await self._written()
+        self.writing_seqs, self.seqs = self.seqs, []
+        self.writing = asyncio.create_task(self._write_in_flight())
+
+    async def _write_in_flight(self) -> None:
+        await self._write(self.writing_seqs)
+        self.writing_seqs = []  # written: `last_write` must not count them again
+
+    async def settle(self) -> None:
+        """Write every acknowledgement now (before a failure is handled, before idling)."""
+        await self._written()
+        if self.seqs:
+            await self._write(self.seqs)
+            self.seqs = []
+
+    async def last_write(self) -> None:
+        """On the way out: one direct attempt for whatever is not written yet (a stop must
+        not wait out a backoff); `SpoolError` if it fails, and those events are sent again
+        after the restart (same ids)."""
+        if self.writing is not None:
+            self.writing.cancel()
+            await asyncio.gather(self.writing, return_exceptions=True)
+            self.writing = None
+        seqs = self.writing_seqs + self.seqs
+        self.writing_seqs, self.seqs = [], []
+        if seqs:
+            await self.spool.ack(self.sink, seqs)
+            self.stats.delivered += len(seqs)
+            self.stats.last_success = time.time()
+            self.stats.failing_since = None

@@ -1,10 +1,23 @@
 """The outbox: every CloudEvent is on disk before any sink sees it.
 
 Guarantees (SQLite in `state.dir`, WAL journal):
-- `commit` stores a watcher's new events *and* its checkpoint in one transaction with
-  `synchronous=FULL`: when it returns, both survive a power cut, and a crash before it
-  returns loses neither (the watcher, restarted from the old checkpoint, sees the same
-  transition again and announces it with the same deterministic id).
+- `commit` stores a watcher's new events *and* its checkpoint in one transaction: when it
+  returns, both survive a power cut, and a crash before it returns loses neither (the
+  watcher, restarted from the old checkpoint, sees the same transition again and announces
+  it with the same deterministic id).
+- The fsync overlaps the dispatcher's hand-off, not the send. The transaction commits with
+  `synchronous=NORMAL` (written to the OS: from then on it survives kill -9), the
+  dispatcher is woken at once and reads the new events from the spool while a second
+  thread fsyncs the WAL file; it sends them only once that fsync is done (`durable`), and
+  `commit` returns at that moment too, so the watcher's checkpoint is acknowledged exactly
+  as late as with `synchronous=FULL`. Nothing is sent that a power cut could take back, and
+  the bridge's own bookkeeping after a commit (the notices in force, the counters, the
+  actions) still happens before any sink sees the event. A failed fsync fails the commit
+  (`SpoolError`) like a failed write: the events stay unsent until an fsync succeeds, the
+  watcher retries the commit (same ids, `INSERT OR IGNORE`) and the retry fsyncs again.
+  (Sending during the fsync as well would save about another millisecond, but a sink
+  could then hold a notice before the status API knows it, and a power cut could take
+  back a delivered one.)
 - An event is pending once per sink configured when it was committed, and leaves a sink's
   queue only when that sink acknowledged it (`ack`) or rejected it for good (`dead_letter`,
   kept with the reason until replayed or purged). Sinks are independent: a dead webhook
@@ -29,7 +42,8 @@ Guarantees (SQLite in `state.dir`, WAL journal):
 - Disk full (or any write failure) raises `SpoolError` with a clear message and rolls the
   transaction back: the events and the checkpoint are either both stored or both not.
 
-All database work runs on one dedicated thread, so the event loop never blocks on fsync.
+All database work runs on one dedicated thread, so the event loop never blocks on fsync;
+the commits' fsyncs run on a second one, so reading the queue never waits for them.
 """
 
 from __future__ import annotations
@@ -37,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -182,12 +197,18 @@ class Spool:
         self.overflowed: dict[str, int] = {}
         self._directory = directory
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
+        #: Where the commits' fsyncs run, so that the dispatcher's read of a new event (on
+        #: the spool thread) overlaps the fsync of the transaction that added it.
+        self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool-fsync")
         self._db: sqlite3.Connection | None = None
         #: Whether reading and writing work right now (for readiness and liveness).
         self.reads = SpoolHealth()
         self.writes = SpoolHealth()
         #: Set by every commit that adds events (see `new_events`).
         self._new_events: list[asyncio.Event] = []
+        #: Seqs committed but not yet fsynced, and the signal of the next successful fsync.
+        self._unsynced: set[int] = set()
+        self._fsynced = asyncio.Event()
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -269,6 +290,50 @@ class Spool:
             await self._run(_close)
             self._db = None
         self._executor.shutdown(wait=True)
+        self._syncer.shutdown(wait=True)
+
+    def _fsync(self) -> None:
+        """Make every transaction committed so far survive a power cut: fsync the WAL file
+        (what `synchronous=FULL` does at each commit). Runs on the fsync thread.
+
+        Without a WAL file (never written, or checkpointed away), everything committed is in
+        the database file, so that one is synced instead.
+        """
+        for path in (self.path.with_name(self.path.name + "-wal"), self.path):
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise SpoolError(f"cannot open {path} to make the spool durable: {exc}") from exc
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise SpoolError(f"fsync of {path} failed: {exc}") from exc
+            finally:
+                os.close(fd)
+            return
+        raise SpoolError(f"the spool {self.path} is gone")
+
+    async def _durable(self) -> None:
+        """`_fsync` on the fsync thread; a failure counts as a failed write. A success makes
+        every seq committed before it durable and wakes whoever waits in `durable`."""
+        covered = set(self._unsynced)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._syncer, self._fsync)
+        except SpoolError as exc:
+            self.writes.failed(str(exc))
+            raise
+        self._unsynced -= covered
+        signal, self._fsynced = self._fsynced, asyncio.Event()
+        signal.set()
+
+    async def durable(self, seqs: Sequence[int]) -> None:
+        """Wait until the commits that added `seqs` are fsynced (at once when they are): the
+        dispatcher reads new events during the fsync and sends them after it."""
+        while not self._unsynced.isdisjoint(seqs):
+            await self._fsynced.wait()
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -285,7 +350,7 @@ class Spool:
     ) -> tuple[list[int], dict[str, int]]:
         now = time.time()
         added: list[int] = []
-        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA synchronous=NORMAL")  # `commit` fsyncs after waking the dispatcher
         db.execute("BEGIN IMMEDIATE")
         for event in events:
             cursor = db.execute(
@@ -353,6 +418,9 @@ class Spool:
     ) -> list[int]:
         """Store events and checkpoints atomically and durably; return the new seqs.
 
+        The dispatcher is woken as soon as the transaction is written; this returns once it
+        is also fsynced (see the module docstring: the fsync overlaps the hand-off).
+
         In the same transaction: `plan` adds actions (key: detail) in state `planned` unless
         the key exists already; `states` sets existing actions' states; `in_force` sets
         (bytes) or clears (None) the notices in force.
@@ -381,9 +449,11 @@ class Spool:
                 self.overflowed[sink],
                 sink,
             )
+        self._unsynced.update(added)
         if events:
             for signal in self._new_events:
                 signal.set()
+        await self._durable()
         return added
 
     async def export(self, out: Exposition) -> None:
@@ -479,14 +549,16 @@ class Spool:
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def pending(self, sink: str, limit: int) -> list[Spooled]:
-        """The oldest events not yet acknowledged by `sink`."""
+    async def pending(self, sink: str, limit: int, after: int = 0) -> list[Spooled]:
+        """The oldest events not yet acknowledged by `sink`, from seq `after` on (exclusive:
+        the dispatcher skips events delivered whose acknowledgement is still being written)."""
 
         def _pending(db: sqlite3.Connection) -> list[Spooled]:
             rows = db.execute(
                 "SELECT e.seq, e.id, e.body, p.attempts FROM pending p "
-                "JOIN events e ON e.seq = p.seq WHERE p.sink = ? ORDER BY p.seq LIMIT ?",
-                (sink, limit),
+                "JOIN events e ON e.seq = p.seq WHERE p.sink = ? AND p.seq > ? "
+                "ORDER BY p.seq LIMIT ?",
+                (sink, after, limit),
             ).fetchall()
             return [Spooled(seq, id_, bytes(body), attempts) for seq, id_, body, attempts in rows]
 

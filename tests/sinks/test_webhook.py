@@ -39,7 +39,7 @@ from bridge.config import ConfigError, parse_config
 from bridge.infra.validation import validate
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import as_dict, serialize
-from bridge.pipeline.spool import NewEvent, Spool
+from bridge.pipeline.spool import NewEvent, Spool, Spooled
 from sinks import webhook
 from sinks._webhook_signing import webhook_id
 from sinks.base import Ok, Reject, Retry, Sink
@@ -206,6 +206,32 @@ async def test_batch_mode_sends_a_cloudevents_batch(
         same_event(FORMAT.read(CloudEvent, json.dumps(item)), event)
     # A batch has its own stable webhook-id, derived from the ids it carries.
     assert request.headers["webhook-id"] == webhook_id([e.get_id() for e in events])
+
+
+@pytest.mark.parametrize("mode", ["structured", "binary", "batch"])
+async def test_spooled_bytes_go_out_exactly_as_the_parsed_events_would(
+    mode: str, receiver: WebhookReceiver, sinks: Callable[..., webhook.WebhookSink]
+) -> None:
+    """The dispatcher hands a sink the spooled bytes (`publish_encoded`). Structured and
+    batch requests carry them as they are, never parsed back; every mode sends exactly the
+    request that `publish` sends for the parsed events."""
+    secret = new_secret()
+    sink = sinks(receiver.url, mode=mode, signing="standard", secrets=[secret])
+    events = sample_events(3 if mode == "batch" else 1)
+    stored = [Spooled(seq, e.get_id(), serialize(e), 0) for seq, e in enumerate(events)]
+    assert await sink.publish(events) == Ok()
+    assert await sink.publish_encoded(stored) == Ok()
+    from_events, from_bytes = receiver.posts()
+    assert from_bytes.body == from_events.body
+    if mode == "structured":
+        assert from_bytes.body == stored[0].body
+    if mode == "batch":
+        assert from_bytes.body == b"[" + b",".join(item.body for item in stored) + b"]"
+    binding = {k: v for k, v in from_events.headers.items() if k.startswith("ce-")}
+    assert {k: v for k, v in from_bytes.headers.items() if k.startswith("ce-")} == binding
+    for name in ("content-type", "webhook-id"):
+        assert from_bytes.headers[name] == from_events.headers[name]
+    Webhook(secret).verify(from_bytes.body, from_bytes.headers)
 
 
 async def test_structured_and_binary_carry_one_event_per_request(
