@@ -28,7 +28,7 @@ import msgspec
 
 from bridge import contract
 from bridge.fleet import sql
-from bridge.fleet.state import FINISHED_RANK, RANK
+from bridge.fleet.state import FINISHED_RANK, RANK, zone_of
 from bridge.fleet.store import (
     Accepted,
     Batch,
@@ -139,7 +139,7 @@ def apply(db: Any, batch: Batch) -> IngestResult:
                     data.notice_id,
                     data.provider,
                     event.instance.name,
-                    event.instance.zone,
+                    zone_of(event.instance.zone, event.instance.location),
                     data.kind,
                     data.status,
                     RANK[data.status],
@@ -203,7 +203,7 @@ def _merge_instance(instances: dict[str, list[Any]], event: contract.Event, time
         event.provider or "unknown",
         instance.name,
         instance.id,
-        instance.zone,
+        zone_of(instance.zone, instance.location),
         instance.location,
         instance.project,
         instance.subscription,

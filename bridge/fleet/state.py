@@ -7,6 +7,8 @@
 - An instance is `reporting` while its last heartbeat is younger than
   `SILENT_AFTER_INTERVALS` of its own announced interval, else `silent` (also when it never
   sent one: an old sidecar or heartbeats off; nobody vouches that it is watching).
+- A zone is named so that it is unique across the fleet (`zone_of`): an Azure zone is a
+  number within its region, so the fleet writes it `<location>-<zone>`.
 - Eligibility is the sidecar's own rule (`bridge.surface.status_api.eligibility`) applied to the
   instance's notices in force, plus: an unknown or silent instance is never eligible.
 """
@@ -24,6 +26,20 @@ RANK: Final = {"scheduled": 0, "started": 1, "completed": 2, "cancelled": 2}
 FINISHED_RANK: Final = 2
 IN_FORCE: Final = ("scheduled", "started")
 SILENT_AFTER_INTERVALS: Final = 3
+
+
+def zone_of(zone: str | None, location: str | None) -> str | None:
+    """The zone the fleet files a VM under, unique across the fleet.
+
+    GCE and AWS zones name their region already (`europe-west1-b`, `us-east-1a`); an Azure
+    zone is `1`, `2` or `3` within the VM's region, so zone 2 of two regions would be one
+    row on the dashboard and one filter value. It becomes `<location>-<zone>` (`eastus-2`),
+    as Kubernetes labels Azure nodes, and a VM without a zone is filed under its region.
+    The events keep the zone as the metadata service reported it.
+    """
+    if zone and location and zone.isdigit():
+        return f"{location}-{zone}"
+    return zone or location
 
 
 def newer(old_status: str, old_time: float, new_status: str, new_time: float) -> bool:

@@ -21,7 +21,11 @@ def gce_vm(name: str, zone: str = "us-central1-a") -> Instance:
 
 
 def azure_vm(
-    name: str, group: str = "fleet-rg", scale_set: str | None = None, zone: str = "1"
+    name: str,
+    group: str = "fleet-rg",
+    scale_set: str | None = None,
+    zone: str | None = "1",
+    location: str = "westeurope",
 ) -> Instance:
     resource = (
         "/subscriptions/8c56d827-5f07-45ce-8f2b-6c5001db5c6f/resourceGroups/"
@@ -34,7 +38,7 @@ def azure_vm(
         source=resource,
         resource_id=resource,
         zone=zone,
-        location="westeurope",
+        location=location,
         subscription="8c56d827-5f07-45ce-8f2b-6c5001db5c6f",
         resource_group=group,
         scale_set=scale_set,

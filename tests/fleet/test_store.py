@@ -113,6 +113,28 @@ async def test_filters_select_notices_in_force(store: Store) -> None:
     assert await names(instance=GCE.source) == ["g-1"]
 
 
+async def test_an_azure_zone_is_filed_under_its_region(store: Store) -> None:
+    # Azure says "1" for zone 1 of any region: two regions' zone 1 must not be one zone, and
+    # a VM without a zone is filed under its region. GCE's zones name their region already.
+    west, east = azure_vm("w-1", zone="1"), azure_vm("e-1", zone="1", location="eastus")
+    regional = azure_vm("r-1", zone=None, location="eastus")
+    await store.ingest(
+        batch(
+            *(transition(vm, f"ev-{vm.name}", Status.SCHEDULED, at(0)) for vm in (west, east)),
+            transition(regional, "ev-r-1", Status.SCHEDULED, at(0)),
+            transition(GCE, "g-1", Status.SCHEDULED, at(0)),
+        )
+    )
+    zones = {n["instance"]: n["zone"] for n in await store.notices(ALL)}
+    assert zones == {
+        "w-1": "westeurope-1",
+        "e-1": "eastus-1",
+        "r-1": "eastus",
+        "web-1": GCE.zone,
+    }
+    assert [n["instance"] for n in await store.notices(NoticeFilter(zone="eastus-1"))] == ["e-1"]
+
+
 async def test_approvals_and_hook_outcomes_join_their_notice(store: Store) -> None:
     scheduled = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
     await store.ingest(batch(scheduled, hook_run(scheduled, at(1)), approval(scheduled, at(2))))

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import msgspec
 
 from bridge import contract
-from bridge.fleet.state import instance_state
+from bridge.fleet.state import instance_state, zone_of
 from bridge.infra.timeparse import parse_time
 
 DAY: Final = 86400.0
@@ -331,7 +331,7 @@ def _new_bar(source: str, data: Mapping[str, Any], at: float) -> Bar:
         notice_id=str(data.get("notice_id")),
         source=source,
         provider=str(data.get("provider")),
-        zone=str(instance.get("zone") or "none"),
+        zone=zone_of(instance.get("zone"), instance.get("location")) or "none",
         kind=str(data.get("kind")),
         status=str(data.get("status")),
         start=at,
