@@ -127,16 +127,33 @@ async def retry_until_done(
 ) -> T:
     """`call` until it returns, retried on `retry_on` by this policy: the helper of every
     loop that must not give up (spooling a notice, recording an action, an approval,
-    detecting the cloud). Cancellation ends it; another exception propagates."""
+    detecting the cloud, the dispatcher's spool access). Cancellation ends it; another
+    exception propagates.
+
+    The first attempt runs bare: these calls sit on hot paths (every notice's commit, every
+    window the dispatcher reads) and nearly always succeed, and building tenacity's retry
+    state costs more than some of the calls it wraps. Only a failure enters the retry loop,
+    which counts it as attempt 1 (the same delays and log lines as without the shortcut).
+    """
+    try:
+        return await call()
+    except retry_on as exc:
+        first: list[Exception] = [exc]
+
+    async def attempt() -> T:
+        if first:
+            raise first.pop()
+        return await call()
+
     retry = retry_if_exception_type(retry_on)
     retrying = forever(
         retry, initial, maximum, _no_retry_after, sleep=sleep, before_sleep=before_sleep
     )
     # Not `await retrying(call)`: tenacity runs a plain function (a lambda returning a
     # coroutine) without awaiting what it returns.
-    async for attempt in retrying:
-        with attempt:
-            return await call()
+    async for tried in retrying:
+        with tried:
+            return await attempt()
     raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
 

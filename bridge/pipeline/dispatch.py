@@ -285,24 +285,9 @@ class Dispatcher:
         A spool that cannot be written must not turn into a storm: delivered events wait in
         memory for their acknowledgement (they are not sent again meanwhile), and every
         retry waits like a sink retry, up to `retry_max`. Raises `_Stop` on shutdown.
-
-        The first attempt runs bare, as in `_deliver`: every notice's hand-off passes here,
-        and setting up tenacity's retry state costs more than the read it wraps. Only a
-        failure enters the retry loop, which starts from that failure (same backoff, same
-        log lines).
         """
-        try:
-            return await call()
-        except SpoolError as exc:
-            failures = [exc]
-
-        async def attempt() -> T:
-            if failures:
-                raise failures.pop()
-            return await call()
-
         return await retry_until_done(
-            attempt,
+            call,
             retry_on=SpoolError,
             initial=self._retry_initial,
             maximum=self._retry_max,
