@@ -347,8 +347,10 @@ def encode(event: Event) -> bytes:
 
 
 def to_dict(event: Event) -> dict[str, Any]:
-    """The event as the JSON object consumers see, attributes in the order the sidecar
-    writes them."""
+    """The event as a JSON object: the attributes (in the heartbeat's order), then `data`.
+
+    The sidecar writes maintenance and audit events with the attribute orders they always
+    had (`bridge.pipeline.typed_events.as_object`); a consumer must not rely on any order."""
     return {
         "specversion": event.specversion,
         "id": event.id,
