@@ -31,7 +31,6 @@ from __future__ import annotations
 import collections
 import logging
 import re
-import ssl
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -142,11 +141,9 @@ class Config(SinkConfig, frozen=True, kw_only=True):
         if not self.ca_bundle.is_file():
             raise FieldError("ca_bundle", f"{self.ca_bundle} does not exist or is not a file")
         try:
-            ssl.create_default_context(cafile=str(self.ca_bundle))
-        except (ssl.SSLError, OSError) as exc:
-            raise FieldError(
-                "ca_bundle", f"cannot load CA certificates from {self.ca_bundle}: {exc}"
-            ) from None
+            tls.validate(tls.TlsFiles(ca=tls.Pem(self.ca_bundle)), tls.client_context, "ca_bundle")
+        except tls.CertificateError as exc:
+            raise FieldError("ca_bundle", str(exc)) from None
 
     def tls_files(self) -> tls.TlsFiles | None:
         """The certificate files of the connection (None: the public CAs, no client

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from bridge.infra.secrets import placeholders_active
+
 log = logging.getLogger("bridge.tls")
 
 #: The oldest protocol version any context accepts (TLS 1.0 and 1.1 are deprecated, RFC 8996).
@@ -64,7 +66,7 @@ class Pem:
         """`PATH`, `file:PATH` or `env:VAR`; `ValueError` for an empty or unset one."""
         if value.startswith("env:"):
             var = value[4:]
-            if not var or var not in os.environ:
+            if not var or (var not in os.environ and not placeholders_active()):
                 raise ValueError(f"environment variable {var or '(none)'} is not set")
             return cls(env=var)
         path = value.removeprefix("file:")
@@ -190,8 +192,9 @@ def _load_chain(context: ssl.SSLContext, files: TlsFiles) -> CertificateInfo | N
             raise CertificateError(
                 f"the key {files.key} does not belong to the certificate {files.cert}"
             ) from None
+        reason = exc.reason or exc
         raise CertificateError(
-            f"cannot load the certificate {files.cert} with the key {files.key}: {exc.reason}"
+            f"cannot load the certificate {files.cert} with the key {files.key}: {reason}"
         ) from None
     except OSError as exc:
         raise CertificateError(
@@ -201,11 +204,14 @@ def _load_chain(context: ssl.SSLContext, files: TlsFiles) -> CertificateInfo | N
 
 
 def _load_ca(context: ssl.SSLContext, ca: Pem) -> None:
-    data = ca.read().decode("ascii", errors="replace")
     try:
-        context.load_verify_locations(cadata=data)
-    except (ssl.SSLError, ValueError) as exc:
-        raise CertificateError(f"cannot load CA certificates from {ca}: {exc}") from None
+        with ca.as_file() as path:
+            context.load_verify_locations(cafile=path)
+    except ssl.SSLError as exc:
+        reason = exc.reason or exc
+        raise CertificateError(f"cannot load CA certificates from {ca}: {reason}") from None
+    except OSError as exc:
+        raise CertificateError(f"cannot read {ca}: {exc.strerror or exc}") from None
 
 
 def server_context(files: TlsFiles) -> tuple[ssl.SSLContext, CertificateInfo | None]:
@@ -257,7 +263,11 @@ Build = Callable[[TlsFiles], tuple[ssl.SSLContext, "CertificateInfo | None"]]
 def validate(files: TlsFiles, build: Build, what: str) -> None:
     """Load `files` once, as the configuration is checked: `CertificateError` for what
     cannot be used (a missing file, a key of another certificate, no PEM), a warning for
-    dates (see `warn_about_dates`)."""
+    dates (see `warn_about_dates`). Skipped for a command that uses no connection (the
+    spool commands: `bridge.infra.secrets.placeholders_for_missing`), which then works
+    without read access to the key."""
+    if placeholders_active():
+        return
     _, info = build(files)
     warn_about_dates(info, what)
 
@@ -304,11 +314,9 @@ class ReloadingContext:
         """What is wrong with the certificate in use right now (a failed reload, dates), or
         None; what `doctor` and the health checks show."""
         self.current()
-        if self.error is not None:
-            return self.error
-        if self.certificate is not None:
-            return self.certificate.validity_problem()
-        return None
+        dates = self.certificate.validity_problem() if self.certificate is not None else None
+        found = [problem for problem in (self.error, dates) if problem is not None]
+        return "; ".join(found) or None
 
     def server_context(self) -> ssl.SSLContext:
         """A context for a listener that presents the newest files on each handshake.
