@@ -11,12 +11,15 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.infra.encoding import parse
+
+if TYPE_CHECKING:
+    from bridge.infra.tls import ReloadingContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,11 @@ class Sink(abc.ABC):
     async def healthcheck(self) -> Health:
         """Whether the target is reachable and accepts our credentials (for readiness/doctor)."""
         return Health(True, "no check for this sink")
+
+    def client_certificate(self) -> ReloadingContext | None:
+        """The certificate files the sink presents to its receiver (mutual TLS), for `doctor`
+        to name and date; None for a sink without one."""
+        return None
 
     @property
     def closed(self) -> bool:

@@ -16,9 +16,11 @@ would be refused after five minutes of outage).
 
 One HTTP/1.1 client per sink (`bridge.infra.http1`, h11 over asyncio streams, chosen for its
 per-request cost: it is what bounds a backlog drain): keep-alive and connection reuse, TLS
-verification always on (custom CA bundle optional), and nothing read from the process
-environment (HTTP_PROXY, SSL_CERT_FILE, .netrc), so nothing outside this sink's own keys can
-redirect or weaken it; a proxy is used only when this sink's `proxy` key says so.
+verification always on (custom CA bundle optional; a client certificate for mutual TLS
+optional, both re-read when their files change, see `bridge.infra.tls`), and nothing read
+from the process environment (HTTP_PROXY, SSL_CERT_FILE, .netrc), so nothing outside this
+sink's own keys can redirect or weaken it; a proxy is used only when this sink's `proxy` key
+says so.
 
 Credentials (signing secrets, bearer token, header values) stay in a `Secret` until the
 moment a request is built; they are never logged, never in a reason and never in a repr.
@@ -29,7 +31,6 @@ from __future__ import annotations
 import collections
 import logging
 import re
-import ssl
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,6 +40,7 @@ from urllib.parse import urlsplit
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge.infra import tls
 from bridge.infra.backoff import parse_retry_after
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from sinks import _webhook_signing as signing
@@ -109,12 +111,15 @@ class Config(SinkConfig, frozen=True, kw_only=True):
     headers: dict[str, Secret] = msgspec.field(default_factory=dict)
     timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     ca_bundle: Path | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
     proxy: HttpUrl | None = None
     handshake_origin: str | None = None
 
     def __post_init__(self) -> None:
         self._check_headers()
         self._check_ca_bundle()
+        self._check_client_certificate()
         self._check_origin()
         self._check_signing()
 
@@ -136,11 +141,36 @@ class Config(SinkConfig, frozen=True, kw_only=True):
         if not self.ca_bundle.is_file():
             raise FieldError("ca_bundle", f"{self.ca_bundle} does not exist or is not a file")
         try:
-            ssl.create_default_context(cafile=str(self.ca_bundle))
-        except (ssl.SSLError, OSError) as exc:
-            raise FieldError(
-                "ca_bundle", f"cannot load CA certificates from {self.ca_bundle}: {exc}"
-            ) from None
+            tls.validate(tls.TlsFiles(ca=tls.Pem(self.ca_bundle)), tls.client_context, "ca_bundle")
+        except tls.CertificateError as exc:
+            raise FieldError("ca_bundle", str(exc)) from None
+
+    def tls_files(self) -> tls.TlsFiles | None:
+        """The certificate files of the connection (None: the public CAs, no client
+        certificate); `client_cert` and `client_key` take a path, `file:PATH` or `env:VAR`."""
+        if self.client_cert is None and self.client_key is None:
+            ca = tls.Pem(self.ca_bundle) if self.ca_bundle is not None else None
+            return tls.TlsFiles(ca=ca) if ca is not None else None
+        if self.client_cert is None or self.client_key is None:
+            missing = "client_key" if self.client_key is None else "client_cert"
+            raise FieldError(missing, "required")  # with the other of the pair
+        pems = []
+        for key, value in (("client_cert", self.client_cert), ("client_key", self.client_key)):
+            try:
+                pems.append(tls.Pem.parse(value))
+            except ValueError as exc:
+                raise FieldError(key, str(exc)) from None
+        ca = tls.Pem(self.ca_bundle) if self.ca_bundle is not None else None
+        return tls.TlsFiles(pems[0], pems[1], ca)
+
+    def _check_client_certificate(self) -> None:
+        files = self.tls_files()
+        if files is None or files.cert is None:
+            return
+        try:
+            tls.validate(files, tls.client_context, "webhook sink client certificate")
+        except tls.CertificateError as exc:
+            raise FieldError("client_cert", str(exc)) from None
 
     def _check_origin(self) -> None:
         value = self.handshake_origin
@@ -232,14 +262,19 @@ class WebhookSink(Sink):
         self._allowed_rate: int | None = None
         self._recent: collections.deque[float] = collections.deque()
         self._disabled: str | None = None
-        cas = None  # certifi's public CAs
-        if config.ca_bundle is not None:
-            cas = ssl.create_default_context(cafile=str(config.ca_bundle))
+        files = config.tls_files()
+        #: The connection's certificate files (CA bundle, client certificate), re-read when
+        #: they change; None with neither (certifi's public CAs).
+        self.tls = (
+            tls.ReloadingContext(files, tls.client_context, f"sink {name}")
+            if files is not None
+            else None
+        )
         self._client = Http1Client(
             self._url,
             timeout=config.timeout,
             user_agent=USER_AGENT,
-            ssl_context=cas,
+            ssl_context=self.tls.current if self.tls is not None else None,
             proxy=str(config.proxy) if config.proxy is not None else None,
             max_body=RESPONSE_BODY_KEPT,
         )
@@ -398,7 +433,7 @@ class WebhookSink(Sink):
         except RequestTimeoutError as exc:
             result = Retry(f"timeout posting to {self.display_url}: {exc}")
         except TransportError as exc:
-            result = Retry(f"cannot reach {self.display_url}: {exc}")
+            result = Retry(f"cannot reach {self.display_url}: {exc}{self._certificate_note()}")
         else:
             if response.status == 410:
                 result = self._disable(410)
@@ -408,10 +443,35 @@ class WebhookSink(Sink):
             self._granted = False
         return result
 
+    def client_certificate(self) -> tls.ReloadingContext | None:
+        return self.tls if self.tls is not None and self.tls.certificate is not None else None
+
+    def certificate_problem(self) -> str | None:
+        """What is wrong with the client certificate in use (expired, not yet valid, renewed
+        files that cannot be loaded), or None; for the health check and `doctor`."""
+        if self.tls is None or self.tls.certificate is None:
+            return None
+        problem = self.tls.problem()
+        return f"client {problem}" if problem is not None else None
+
+    def _certificate_note(self) -> str:
+        """Said after a connection failure when the sink presents a client certificate: a
+        receiver that refuses it often just closes the connection, so the reason names it."""
+        if self.tls is None or self.tls.certificate is None:
+            return ""
+        problem = self.certificate_problem()
+        if problem is not None:
+            return f"; our {problem}"
+        return f"; client certificate presented: {self.tls.certificate.describe()}"
+
     async def healthcheck(self) -> Health:
-        """Disabled, refused by the handshake, unreachable or 401/403 are unhealthy."""
+        """Disabled, a bad client certificate, refused by the handshake, unreachable or
+        401/403 are unhealthy."""
         if self._disabled is not None:
             return Health(False, self._disabled)
+        problem = self.certificate_problem()
+        if problem is not None:
+            return Health(False, problem)
         if self._origin is not None:
             self._granted = False
             refused = await self._ensure_permission()
@@ -421,7 +481,9 @@ class WebhookSink(Sink):
         try:
             response = await self._client.request("OPTIONS", headers=self._auth_headers())
         except TransportError as exc:
-            return Health(False, f"cannot reach {self.display_url}: {exc}")
+            return Health(
+                False, f"cannot reach {self.display_url}: {exc}{self._certificate_note()}"
+            )
         ok = response.status not in _HEALTH_FAILURES
         return Health(ok, f"{self.display_url} answered HTTP {response.status}")
 

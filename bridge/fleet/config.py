@@ -4,6 +4,8 @@
 [fleet.listener]          # the API, POST /v1/events, /metrics, /healthz, /readyz
 host = "127.0.0.1"
 port = 8470
+# tls_cert = "/etc/maintenance-bridge/fleet.pem"    # HTTPS (with tls_key), and mutual TLS
+# tls_key = "/etc/maintenance-bridge/fleet.key"     # with client_ca
 [fleet.store]
 url = "sqlite:///var/lib/maintenance-bridge/fleet.sqlite3"
 [[fleet.sources]]
@@ -35,6 +37,7 @@ import msgspec
 from bridge.config import apply_env_overrides, read_toml
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.kafka_config import KafkaSourceConfig
+from bridge.infra import tls
 from bridge.infra.secrets import Secret
 from bridge.infra.validation import ConfigError, FieldError, render_path, validate_into
 from sinks import _webhook_signing as signing
@@ -51,8 +54,45 @@ class _Table(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=Tr
 
 
 class FleetListener(_Table, frozen=True, kw_only=True):
+    """Where the service listens; with `tls_cert` and `tls_key` it speaks HTTPS only, and
+    with `client_ca` too, only to clients whose certificate chains to that CA (mutual TLS).
+    The three take a path, `file:PATH` or `env:VAR`; the files are re-read when they change
+    (`bridge.infra.tls`), so a renewed certificate needs no restart."""
+
     host: str = "127.0.0.1"  # loopback unless other machines must reach it
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = DEFAULT_PORT  # 0 picks a free port
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    client_ca: str | None = None
+
+    def __post_init__(self) -> None:
+        files = self.tls_files()
+        if files is not None:
+            try:
+                tls.validate(files, tls.server_context, "[fleet.listener]")
+            except tls.CertificateError as exc:
+                raise FieldError("tls_cert", str(exc)) from None
+
+    def tls_files(self) -> tls.TlsFiles | None:
+        """The listener's certificate files, or None for plain HTTP."""
+        if self.tls_cert is None and self.tls_key is None:
+            if self.client_ca is not None:
+                raise FieldError("client_ca", "needs tls_cert and tls_key (mutual TLS is TLS)")
+            return None
+        if self.tls_cert is None or self.tls_key is None:
+            missing = "tls_key" if self.tls_key is None else "tls_cert"
+            raise FieldError(missing, "required")  # with the other of the pair
+        pems = []
+        for key, value in (("tls_cert", self.tls_cert), ("tls_key", self.tls_key)):
+            try:
+                pems.append(tls.Pem.parse(value))
+            except ValueError as exc:
+                raise FieldError(key, str(exc)) from None
+        try:
+            ca = tls.Pem.parse(self.client_ca) if self.client_ca is not None else None
+        except ValueError as exc:
+            raise FieldError("client_ca", str(exc)) from None
+        return tls.TlsFiles(pems[0], pems[1], ca)
 
     @property
     def loopback(self) -> bool:

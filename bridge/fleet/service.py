@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,6 +27,7 @@ from bridge.fleet.sources.http import HttpSource
 from bridge.fleet.sqlite_store import SqliteStore
 from bridge.fleet.store import Store, StoreError
 from bridge.fleet.web.routes import DashboardRoutes
+from bridge.infra.tls import CertificateError, ReloadingContext, server_context
 
 log = logging.getLogger("bridge.fleet")
 
@@ -76,6 +78,8 @@ class FleetService:
         self.sources = [build_source(source) for source in config.sources]
         self.api = FleetApiRoutes(self.store, config.api, self.stats, self.sources)
         self.url = ""
+        #: The listener's certificate files while it serves TLS.
+        self.tls: ReloadingContext | None = None
 
     def application(self) -> web.Application:
         limits = [s.max_body for s in self.config.sources if isinstance(s, HttpSourceConfig)]
@@ -89,6 +93,29 @@ class FleetService:
         DashboardRoutes(self.store, self.config.api.eligible_horizon).add_routes(app)
         return app
 
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """The listener's TLS context (None: plain HTTP), re-reading the certificate files
+        when they change; `tls` keeps what it loaded."""
+        files = self.config.listener.tls_files()
+        if files is None:
+            return None
+        try:
+            self.tls = ReloadingContext(files, server_context, "fleet listener")
+        except CertificateError as exc:
+            raise FleetListenerError(f"cannot serve TLS: {exc}") from exc
+        return self.tls.server_context()
+
+    def _tls_summary(self) -> str:
+        if self.tls is None:
+            return ""
+        shown = self.tls.certificate.describe() if self.tls.certificate else "?"
+        mutual = (
+            f"; mutual TLS: clients need a certificate from {self.tls.files.ca}"
+            if self.tls.files.ca is not None
+            else ""
+        )
+        return f" with {shown}{mutual}"
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[FleetService]:
         """Serve while the block runs; `url` is the listener's base URL."""
@@ -101,7 +128,9 @@ class FleetService:
                 started.append(source)
             await runner.setup()
             listener = self.config.listener
-            site = web.TCPSite(runner, listener.host, listener.port)
+            site = web.TCPSite(
+                runner, listener.host, listener.port, ssl_context=self._tls_context()
+            )
             try:
                 await site.start()
             except OSError as exc:
@@ -111,10 +140,12 @@ class FleetService:
                 ) from exc
             server: Any = site._server
             host, port = server.sockets[0].getsockname()[:2]
-            self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+            scheme = "https" if self.tls is not None else "http"
+            self.url = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
             log.info(
-                "fleet service listening on %s (sources: %s; store: %r)",
+                "fleet service listening on %s%s (sources: %s; store: %r)",
                 self.url,
+                self._tls_summary(),
                 ", ".join(s.name for s in self.sources) or "none",
                 self.store,
             )

@@ -18,7 +18,9 @@ What it does, and deliberately does not do:
   the next request: notices are hours apart and middleboxes silently forget idle flows, so a
   stale connection would otherwise cost a full timeout at the worst moment. A reused
   connection the server closed before answering is retried once on a fresh one.
-- TLS always verified: certifi's public CAs, or the sink's `ca_bundle`.
+- TLS always verified: certifi's public CAs, or the sink's `ca_bundle`; a client certificate
+  when the sink has one. A context given as a callable is asked for at each new connection,
+  so renewed certificate files apply from the next connection on.
 - Redirects are never followed (the caller sees the 3xx); the process environment (proxy
   variables, `SSL_CERT_FILE`, `.netrc`) is never read, so metadata traffic can never be sent
   to a proxy.
@@ -47,7 +49,7 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import SplitResult, unquote, urlencode, urlsplit
@@ -189,7 +191,7 @@ class Http1Client:
         timeout: float,
         user_agent: str,
         headers: Mapping[str, str] | None = None,
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None,
         proxy: str | None = None,
         max_body: int = MAX_BODY,
     ) -> None:
@@ -361,6 +363,10 @@ class Http1Client:
     # -- connecting -----------------------------------------------------------------------------
 
     def _tls(self) -> ssl.SSLContext:
+        """The context of a new connection: the given one, or the newest of a callable (a
+        `bridge.infra.tls.ReloadingContext` whose files may have changed), else public CAs."""
+        if callable(self._ssl):
+            return self._ssl()
         return self._ssl or public_cas()
 
     async def _connect(self) -> _Connection:

@@ -33,6 +33,12 @@ def placeholders_for_missing() -> Iterator[None]:
         _PLACEHOLDERS.reset(token)
 
 
+def placeholders_active() -> bool:
+    """Whether missing credentials are tolerated right now (see `placeholders_for_missing`);
+    certificate files (`bridge.infra.tls`) follow the same rule."""
+    return _PLACEHOLDERS.get()
+
+
 class Secret:
     """A string that does not show itself (its repr and str are a mask)."""
 

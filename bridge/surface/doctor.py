@@ -226,10 +226,32 @@ class Doctor:
     async def _sink(self, sink: Sink, send_test_event: bool) -> None:
         from bridge.pipeline.sink_checks import sink_health
 
+        self._client_certificate(sink)
         health = await sink_health(sink, self.timeout)
         self.note(f"sink {sink.name}", "ok" if health.ok else "fail", health.detail)
         if send_test_event:
             await self._send_test_event(sink)
+
+    def _client_certificate(self, sink: Sink) -> None:
+        """The certificate a sink presents (mutual TLS): its file, names and dates."""
+        files = sink.client_certificate()
+        if files is None or files.certificate is None:
+            return
+        check = f"sink {sink.name} certificate"
+        problem = files.problem()
+        if problem is not None:
+            self.note(
+                check,
+                "fail",
+                f"client {problem}",
+                "renew the sink's client_cert and client_key (replace the files): the running "
+                "bridge uses them from its next connection on, no restart needed",
+            )
+        elif files.certificate.expires_soon():
+            info = files.certificate.describe()
+            self.note(check, "warn", f"{info} expires soon", "renew client_cert and client_key")
+        else:
+            self.note(check, "ok", f"presents {files.certificate.describe()}")
 
     async def _send_test_event(self, sink: Sink) -> None:
         """Publish one `io.maintenancebridge.test` event straight to the sink (not spooled)."""
