@@ -19,11 +19,10 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import IO, Any
 
 from bridge import contract
-from bridge.fleet.api import BadQuery, fleet_summary, moment
+from bridge.fleet.api import BadQuery, epoch_rfc3339, fleet_summary, moment
 from bridge.fleet.config import FleetConfig, load_fleet_config
 from bridge.fleet.service import FleetListenerError, FleetService, build_store
 from bridge.fleet.store import EventQuery, Store, StoreError
@@ -110,7 +109,7 @@ def _rows(store_page: list[tuple[int, str, float, bytes]]) -> Iterator[dict[str,
         event = json.loads(body)
         yield {
             "seq": seq,
-            "received_at": datetime.fromtimestamp(received_at, UTC).isoformat(),
+            "received_at": epoch_rfc3339(received_at),
             "ingest": ingest,
             "event": event,
         }
