@@ -6,7 +6,10 @@ import asyncio
 import csv
 import io
 import json
+import shlex
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -23,7 +26,7 @@ from bridge.pipeline.model import Status
 from sinks import _webhook_signing as signing
 from tests.fleet.conftest import SECRET
 from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat, transition
-from tests.support import eventually, free_port
+from tests.support import eventually, free_port, running_as_root
 from tests.test_cli import ROOT, bridge
 
 pytest_plugins = ["tests.fleet.postgres_server"]
@@ -132,13 +135,35 @@ def test_read_commands_never_create_tables_in_postgresql(postgres_url: str, tmp_
 
 
 def test_status_without_a_configuration_names_the_default_store() -> None:
+    """No configuration: the default path, reported missing and left uncreated. As root with
+    `unshare`, under an empty private /var/lib (this machine's own state neither matters
+    nor changes); elsewhere only where that directory does not exist."""
     default = Path(DEFAULT_STORE_URL.removeprefix("sqlite://"))
-    if default.parent.exists():
+    assert default.parts[:3] == ("/", "var", "lib")
+    if running_as_root() and shutil.which("unshare"):
+        script = (
+            "mount -t tmpfs none /var/lib || exit 99; "
+            f"{shlex.quote(sys.executable)} -m bridge fleet status; "
+            'echo "exit=$?"; ls -A /var/lib'
+        )
+        done = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            check=False,
+        )
+        if done.returncode == 99:
+            pytest.skip(f"no private mount here: {done.stderr.strip()}")
+        assert done.stdout.splitlines() == ["exit=1"]  # and /var/lib still empty
+    elif default.parent.exists():
         pytest.skip(f"{default.parent} exists here: a fleet service may use it")
-    done = bridge("fleet", "status")
-    assert done.returncode == 1
+    else:
+        done = bridge("fleet", "status")
+        assert done.returncode == 1
+        assert not default.parent.exists()
     assert f"no fleet store at {default}" in done.stderr
-    assert not default.parent.exists()
 
 
 async def test_status_reads_a_store_beside_the_running_service(tmp_path: Path) -> None:
