@@ -47,3 +47,8 @@ clean:
 .PHONY: bench-dashboard
 bench-dashboard: $(BIN)/.installed
 	$(BIN)/python -m bench.dashboard
+
+# The README's dashboard screenshots (docs/img/dashboard*.png), from `demo --fleet` (~1 minute).
+.PHONY: screenshot
+screenshot: $(BIN)/.installed
+	$(BIN)/python -m bench.screenshot

@@ -6,7 +6,7 @@
   soonest first (`within`: seconds or `90m`, `24h`, `7d`; default 24h); scheduled ones with
   no known time are listed apart under `time_unknown`.
 - `GET /v1/fleet/instances`: every instance, `reporting` or `silent`, with its notices in
-  force.
+  force; `GET /v1/fleet/instances/{name or source}` one of them (404 when unknown).
 - `GET /v1/fleet/eligible?instance=a&instance=b&horizon=3600`: each candidate eligible or
   not and why, `preferred` the first eligible one in the order given; 200 when one is, 503
   when none is (so `curl -f` fails) - see docs/fleet.md for etcd, Consul and Lease recipes.
@@ -27,12 +27,13 @@ import re
 import time
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
 from aiohttp import web
 
-from bridge.contract import from_cloudevent
+from bridge.contract import from_cloudevent, rfc3339
 from bridge.fleet import metrics, state
 from bridge.fleet.config import FleetApi
 from bridge.fleet.metrics import IngestStats
@@ -77,6 +78,11 @@ def moment(name: str, text: str) -> float:
         raise BadQuery(f"{name}: expected an RFC 3339 time or Unix seconds: {exc}") from None
 
 
+def epoch_rfc3339(seconds: float) -> str:
+    """Unix seconds as the contract writes times (`contract.rfc3339`: UTC, `Z`)."""
+    return rfc3339(datetime.fromtimestamp(seconds, UTC))
+
+
 def _start(notice: dict[str, Any]) -> float | None:
     text = notice["not_before"] or (notice.get("window") or {}).get("start")
     return moment("not_before", text) if text else None
@@ -109,6 +115,34 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
     }
 
 
+#: The epoch-seconds fields of an instance and their RFC 3339 twins. The floats are deprecated
+#: (every other answer writes RFC 3339) and go with /v2 (CHANGELOG, docs/fleet.md).
+INSTANCE_TIMES: Final = {
+    "first_seen": "first_seen_at",
+    "last_seen": "last_seen_at",
+    "last_heartbeat": "last_heartbeat_at",
+    "started_at": "agent_started_at",
+}
+
+
+def _instance_entry(
+    instance: dict[str, Any], current: str, why: str, in_force: dict[str, list[str]]
+) -> dict[str, Any]:
+    """An instance as `/v1/fleet/instances` writes it: the store's row, its times also in
+    RFC 3339, its state and why, the ids of its notices in force."""
+    times = {
+        twin: None if instance[field] is None else epoch_rfc3339(instance[field])
+        for field, twin in INSTANCE_TIMES.items()
+    }
+    return {
+        **instance,
+        **times,
+        "state": current,
+        "state_reason": why,
+        "notices": in_force.get(instance["source"], []),
+    }
+
+
 class FleetApiRoutes:
     """The handlers, bound to one store, the ingest stats and the sources."""
 
@@ -125,6 +159,7 @@ class FleetApiRoutes:
             ("/v1/fleet/notices", self.notices),
             ("/v1/fleet/upcoming", self.upcoming),
             ("/v1/fleet/instances", self.instances),
+            ("/v1/fleet/instances/{key:.+}", self.instance),
             ("/v1/fleet/eligible", self.eligible),
             ("/v1/fleet/summary", self.summary),
             ("/v1/fleet/events", self.events),
@@ -196,15 +231,21 @@ class FleetApiRoutes:
             current, why = state.instance_state(instance, now)
             if wanted and current != wanted:
                 continue
-            result.append(
-                {
-                    **instance,
-                    "state": current,
-                    "state_reason": why,
-                    "notices": in_force.get(instance["source"], []),
-                }
-            )
+            result.append(_instance_entry(instance, current, why, in_force))
         return _json({"count": len(result), "instances": result})
+
+    async def instance(self, request: web.Request) -> web.Response:
+        """One instance by name or source (of two VMs of one name, the one heard from last);
+        an unknown one is 404 with the reason, like every other error, in JSON."""
+        key = request.match_info["key"]
+        rows = await self.store.instances([key])
+        if not rows:
+            return _json({"error": f"no instance named {key!r} reached the fleet"}, status=404)
+        instance = max(rows, key=lambda row: row["last_seen"] or 0.0)
+        notices = await self.store.notices(NoticeFilter(instance=instance["source"]))
+        in_force = {instance["source"]: [n["notice_id"] for n in notices]}
+        current, why = state.instance_state(instance, time.time())
+        return _json(_instance_entry(instance, current, why, in_force))
 
     async def eligible(self, request: web.Request) -> web.Response:
         candidates = request.query.getall("instance", [])

@@ -5,7 +5,9 @@ sidecar's `run` builds the same parser); this module runs the chosen action.
 
 `status` and `export` read the store named by the configuration directly (SQLite beside a
 running service is fine: WAL lets readers in; PostgreSQL is shared anyway), so they work
-whether or not the service runs.
+whether or not the service runs. They open it read-only: a store that is not there (a
+mistyped `[fleet.store] url`, or no configuration and so the default path) is an error
+naming it, never a new empty database.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import IO, Any
 
-from bridge.fleet.api import BadQuery, fleet_summary, moment
+from bridge import contract
+from bridge.fleet.api import BadQuery, epoch_rfc3339, fleet_summary, moment
 from bridge.fleet.config import FleetConfig, load_fleet_config
 from bridge.fleet.service import FleetListenerError, FleetService, build_store
 from bridge.fleet.store import EventQuery, Store, StoreError
@@ -39,10 +41,20 @@ def main(args: argparse.Namespace) -> int:
             return asyncio.run(_serve(config))
         if action == "status":
             return asyncio.run(_with_store(config, lambda store: _status(store, sys.stdout)))
+        _known_type(args.type)
         return asyncio.run(_with_store(config, lambda store: _export(store, args, sys.stdout)))
     except (StoreError, FleetListenerError, BadQuery) as exc:
         print(f"maintenance-bridge fleet: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _known_type(name: str | None) -> None:
+    """`export --type`: a type no sidecar writes would export nothing, silently."""
+    if name is not None and name not in contract.DATA_TYPES:
+        raise BadQuery(
+            f"--type: unknown event type {name!r}; the types are: "
+            + ", ".join(sorted(contract.DATA_TYPES))
+        )
 
 
 async def _serve(config: FleetConfig) -> int:
@@ -55,7 +67,7 @@ async def _serve(config: FleetConfig) -> int:
 
 
 async def _with_store(config: FleetConfig, action: Any) -> int:
-    store = build_store(config.store.url)
+    store = build_store(config.store.url, read_only=True)
     await store.open()
     try:
         result: int = await action(store)
@@ -97,7 +109,7 @@ def _rows(store_page: list[tuple[int, str, float, bytes]]) -> Iterator[dict[str,
         event = json.loads(body)
         yield {
             "seq": seq,
-            "received_at": datetime.fromtimestamp(received_at, UTC).isoformat(),
+            "received_at": epoch_rfc3339(received_at),
             "ingest": ingest,
             "event": event,
         }

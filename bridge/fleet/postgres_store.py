@@ -89,8 +89,10 @@ def _text_safe(params: Sequence[Any]) -> list[Any]:
 class PostgresStore(ReadQueries):
     """`bridge.fleet.store.Store` on a PostgreSQL database (see the module docstring)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
         self.url = url
+        #: `fleet status` and `export`: check the tables are there, never create them.
+        self.read_only = read_only
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-pg-w")
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-pg-r")
         self._connections: dict[str, psycopg.Connection[Any]] = {}
@@ -124,6 +126,14 @@ class PostgresStore(ReadQueries):
             for statement in sql.schema(sql.POSTGRES_SERIAL):
                 db.execute(statement)
 
+    def _check_tables(self) -> None:
+        found = self._connect("read").execute("SELECT to_regclass('events')").fetchone()
+        if found is None or found[0] is None:
+            raise StoreError(
+                f"no fleet store in {redacted(self.url)} (it has no events table; check "
+                "[fleet.store] url)"
+            )
+
     async def _run(self, executor: ThreadPoolExecutor, role: str, fn: Callable[[_Qmark], T]) -> T:
         def call() -> T:
             try:
@@ -139,7 +149,10 @@ class PostgresStore(ReadQueries):
     async def open(self) -> None:
         self._open = True  # `_connect` opens the connections on first use
         try:
-            await self._run(self._writer, "write", lambda _db: self._create_tables())
+            if self.read_only:
+                await self._run(self._reader, "read", lambda _db: self._check_tables())
+            else:
+                await self._run(self._writer, "write", lambda _db: self._create_tables())
         except StoreError:
             await self.close()
             raise

@@ -36,15 +36,16 @@ class FleetListenerError(Exception):
     """The fleet listener could not bind its address."""
 
 
-def build_store(url: str) -> Store:
-    """The store of `[fleet.store] url`: SQLite built in; PostgreSQL when its module is there."""
+def build_store(url: str, *, read_only: bool = False) -> Store:
+    """The store of `[fleet.store] url`: SQLite built in; PostgreSQL when its module is there.
+    `read_only` (the read commands) opens an existing store and never creates one."""
     if url.startswith("sqlite://"):
-        return SqliteStore(FleetStore(url=url).sqlite_path())
+        return SqliteStore(FleetStore(url=url).sqlite_path(), read_only=read_only)
     try:
         module = importlib.import_module("bridge.fleet.postgres_store")
     except ImportError as exc:
         raise StoreError(f"the PostgreSQL store is not available here: {exc}") from None
-    store: Store = module.PostgresStore(url)
+    store: Store = module.PostgresStore(url, read_only=read_only)
     return store
 
 

@@ -409,8 +409,10 @@ class ReadQueries:
 class SqliteStore(ReadQueries):
     """`bridge.fleet.store.Store` on a SQLite file (see the module docstring)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        #: `fleet status` and `export`: open an existing store for reading, never create one.
+        self.read_only = read_only
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-store-w")
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-store-r")
         self._write_db: sqlite3.Connection | None = None
@@ -425,6 +427,9 @@ class SqliteStore(ReadQueries):
         return db
 
     def _open(self) -> None:
+        if self.read_only:
+            self._open_read_only()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = self._connect()
@@ -436,6 +441,29 @@ class SqliteStore(ReadQueries):
             self._read_db = self._connect()
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the fleet store at {self.path}: {exc}") from exc
+
+    def _open_read_only(self) -> None:
+        """A `mode=ro` connection to a file that must exist and hold the fleet's tables: a
+        mistyped path is an error naming it, never a new empty store (nor its directories)."""
+        if not self.path.is_file():
+            raise StoreError(f"no fleet store at {self.path} (check [fleet.store] url)")
+        try:
+            db = sqlite3.connect(
+                f"{self.path.absolute().as_uri()}?mode=ro",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            db.execute("PRAGMA busy_timeout=10000")
+            found = db.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+            ).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the fleet store at {self.path}: {exc}") from exc
+        if not found:
+            db.close()
+            raise StoreError(f"{self.path} is not a fleet store (it has no events table)")
+        self._read_db = db
 
     async def _run(
         self, executor: ThreadPoolExecutor, fn: Callable[[sqlite3.Connection], T], write: bool

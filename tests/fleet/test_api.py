@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bridge.fleet.api import INSTANCE_TIMES
 from bridge.fleet.service import FleetService
+from bridge.infra.timeparse import parse_time
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.world import FLEET, minutes
 
@@ -72,6 +75,33 @@ async def test_instances_are_reporting_or_silent(api: httpx.AsyncClient) -> None
     silent = await get(api, "/v1/fleet/instances?state=silent")
     assert [i["name"] for i in silent["instances"]] == ["quiet-1"]
     assert "last heartbeat" in silent["instances"][0]["state_reason"]
+
+
+async def test_instance_times_are_rfc3339_beside_the_deprecated_floats(
+    api: httpx.AsyncClient,
+) -> None:
+    body = await get(api, "/v1/fleet/instances")
+    for instance in body["instances"]:
+        for old, new in INSTANCE_TIMES.items():
+            if instance[old] is None:
+                assert instance[new] is None
+                continue
+            assert instance[new].endswith("Z"), (old, new, instance[new])
+            assert parse_time(instance[new]).timestamp() == pytest.approx(instance[old], abs=1e-5)
+    (db1,) = [i for i in body["instances"] if i["name"] == "db-1"]
+    assert db1["last_heartbeat_at"] is not None
+
+
+async def test_one_instance_by_name_or_source_and_unknown_is_404(api: httpx.AsyncClient) -> None:
+    listed = {i["name"]: i for i in (await get(api, "/v1/fleet/instances"))["instances"]}
+    one = await get(api, "/v1/fleet/instances/db-1")
+    assert one == listed["db-1"]
+    by_source = await get(api, "/v1/fleet/instances/" + quote(one["source"], safe=""))
+    assert by_source == one
+    missing = await api.get("/v1/fleet/instances/nobody")
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("application/json")
+    assert missing.json() == {"error": "no instance named 'nobody' reached the fleet"}
 
 
 async def test_eligible_answers_each_candidate_and_prefers_the_first_safe_one(

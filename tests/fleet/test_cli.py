@@ -6,23 +6,30 @@ import asyncio
 import csv
 import io
 import json
+import shlex
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 
+from bridge.fleet.config import DEFAULT_STORE_URL
 from bridge.fleet.sqlite_store import SqliteStore
 from bridge.pipeline.model import Status
 from sinks import _webhook_signing as signing
 from tests.fleet.conftest import SECRET
 from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat, transition
-from tests.support import eventually, free_port
+from tests.support import eventually, free_port, running_as_root
 from tests.test_cli import ROOT, bridge
 
+pytest_plugins = ["tests.fleet.postgres_server"]
 VM = azure_vm("db-1")
 EVENTS = [
     heartbeat(VM, T0),
@@ -78,6 +85,101 @@ async def test_export_writes_every_event_as_received_in_jsonl_and_csv(tmp_path: 
     bad = bridge("fleet", "export", "--config", config, "--since", "last week")
     assert bad.returncode == 1
     assert "--since" in bad.stderr
+
+
+def test_export_refuses_an_unknown_type_listing_the_known_ones(tmp_path: Path) -> None:
+    config = str(fleet_config(tmp_path))
+    done = bridge("fleet", "export", "--config", config, "--type", "maintenance.scheduled")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "--type: unknown event type 'maintenance.scheduled'" in done.stderr
+    assert "io.maintenancebridge.maintenance.scheduled" in done.stderr
+    assert "io.maintenancebridge.agent.heartbeat" in done.stderr
+    assert not (tmp_path / "fleet.db").exists()
+
+
+def test_read_commands_never_create_a_store(tmp_path: Path) -> None:
+    """A mistyped `[fleet.store] url`: an error naming the path, and nothing created."""
+    config = tmp_path / "fleet.toml"
+    missing = tmp_path / "no-such-dir" / "fleet.db"
+    config.write_text(f'[fleet.store]\nurl = "sqlite://{missing}"\n')
+    for action in ("status", "export"):
+        done = bridge("fleet", action, "--config", str(config))
+        assert done.returncode == 1, (action, done.stdout)
+        assert f"no fleet store at {missing}" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.toml"]
+    # A file that is there but is no fleet store (a wrong file named) is read, not changed.
+    other = tmp_path / "notes.db"
+    other.write_bytes(b"")
+    config.write_text(f'[fleet.store]\nurl = "sqlite://{other}"\n')
+    done = bridge("fleet", "status", "--config", str(config))
+    assert done.returncode == 1
+    assert f"{other} is not a fleet store" in done.stderr
+    assert other.read_bytes() == b""
+
+
+def test_read_commands_never_create_tables_in_postgresql(postgres_url: str, tmp_path: Path) -> None:
+    """An empty PostgreSQL database (the wrong one named) stays empty."""
+    import psycopg
+
+    config = tmp_path / "fleet.toml"
+    config.write_text(f'[fleet.store]\nurl = "{postgres_url}"\n')
+    done = bridge("fleet", "status", "--config", str(config))
+    assert done.returncode == 1
+    assert "no fleet store in postgresql://" in done.stderr
+    with psycopg.connect(postgres_url) as db:
+        tables = db.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchone()
+    assert tables == (0,)
+
+
+def test_status_without_a_configuration_names_the_default_store() -> None:
+    """No configuration: the default path, reported missing and left uncreated. As root with
+    `unshare`, under an empty private /var/lib (this machine's own state neither matters
+    nor changes); elsewhere only where that directory does not exist."""
+    default = Path(DEFAULT_STORE_URL.removeprefix("sqlite://"))
+    assert default.parts[:3] == ("/", "var", "lib")
+    if running_as_root() and shutil.which("unshare"):
+        script = (
+            "mount -t tmpfs none /var/lib || exit 99; "
+            f"{shlex.quote(sys.executable)} -m bridge fleet status; "
+            'echo "exit=$?"; ls -A /var/lib'
+        )
+        done = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            check=False,
+        )
+        if done.returncode == 99:
+            pytest.skip(f"no private mount here: {done.stderr.strip()}")
+        assert done.stdout.splitlines() == ["exit=1"]  # and /var/lib still empty
+    elif default.parent.exists():
+        pytest.skip(f"{default.parent} exists here: a fleet service may use it")
+    else:
+        done = bridge("fleet", "status")
+        assert done.returncode == 1
+        assert not default.parent.exists()
+    assert f"no fleet store at {default}" in done.stderr
+
+
+async def test_status_reads_a_store_beside_the_running_service(tmp_path: Path) -> None:
+    """Read-only opening still sees what the service committed (WAL) and changes nothing."""
+    await _fill(tmp_path)
+    store = SqliteStore(tmp_path / "fleet.db")
+    await store.open()  # the service's writer, holding the file open
+    try:
+        done = bridge("fleet", "export", "--config", str(fleet_config(tmp_path)))
+        assert done.returncode == 0, done.stderr
+        assert len(done.stdout.splitlines()) == len(EVENTS)
+        await store.ingest(batch(heartbeat(VM, T0 + timedelta(minutes=1), sequence=1)))
+        again = bridge("fleet", "export", "--config", str(fleet_config(tmp_path)))
+        assert len(again.stdout.splitlines()) == len(EVENTS) + 1
+    finally:
+        await store.close()
 
 
 def test_a_bad_fleet_configuration_exits_2_naming_the_key(tmp_path: Path) -> None:

@@ -128,14 +128,58 @@ async def test_filters_come_from_the_url(web: httpx.AsyncClient) -> None:
 
 async def test_the_timeline_drills_down_from_zones_to_instances(web: httpx.AsyncClient) -> None:
     zones = (await web.get("/")).text
-    assert re.search(
-        r'<a href="/\?zone=westeurope-1"><text class="row" [^>]*>westeurope-1</text>', zones
+    assert (
+        '<a class="row" href="/?zone=westeurope-1" title="westeurope-1">westeurope-1</a>' in zones
     )
     assert "db-2: reboot completed (ev-0)" in zones  # finished within the last 7 days
     one_zone = (await web.get("/?zone=westeurope-1")).text
-    assert '<a href="/instances/db-1"><text class="row"' in one_zone
-    assert '<a href="/instances/db-2"><text class="row"' in one_zone
-    assert 'href="/instances/web-1"><text' not in one_zone
+    assert '<a class="row" href="/instances/db-1"' in one_zone
+    assert '<a class="row" href="/instances/db-2"' in one_zone
+    assert 'href="/instances/web-1" title' not in one_zone
+
+
+def test_the_timeline_zooms_from_a_month_to_a_day() -> None:
+    """A burst within an hour is one line at a week's zoom and three windows at a day's."""
+    now = world.NOW.timestamp()
+    burst = [
+        views.Bar("vm", f"n-{i}", f"//vm/{i}", "gce", "z", "reboot", "scheduled",
+                  now + 3600 + i * 1200, now + 3600 + i * 1200 + 300, [], [])
+        for i in range(3)
+    ]  # fmt: skip
+
+    def starts(drawn: str) -> list[int]:
+        return [int(x) for x in re.findall(r'<rect class="win[^"]*" x="(\d+)"', drawn)]
+
+    week = render.timeline_svg(burst, now, views.Filters())
+    assert max(starts(week)) - min(starts(week)) <= 2  # one line
+    day = render.timeline_svg(burst, now, views.Filters(zoom=views.zoom_of("day")))
+    first, second, third = starts(day)
+    assert second - first >= 4  # three windows apart
+    assert third - second >= 4
+    assert ">+24h</text>" in day
+    assert ">+7d</text>" in week
+    month = render.timeline_svg(burst, now, views.Filters(zoom=views.zoom_of("month")))
+    assert ">+30d</text>" in month
+    assert ">-30d</text>" in month
+
+
+async def test_the_zoom_lives_in_the_url_and_a_bad_one_is_400(web: httpx.AsyncClient) -> None:
+    week = (await web.get("/")).text
+    assert "Timeline: last 7 days and next 7 days, per zone" in week
+    assert '<strong aria-current="true">week</strong>' in week
+    assert '<a href="/?zoom=day" data-zoom="day">day</a>' in week
+    day = (await web.get("/?zoom=day&provider=azure")).text
+    assert "Timeline: last 24 hours and next 24 hours" in day
+    # Every link of the view keeps the zoom: the other zooms, the drill-downs, the form.
+    assert '<a href="/?provider=azure&amp;zoom=month" data-zoom="month">' in day
+    assert '<a class="row" href="/?provider=azure&amp;zone=westeurope-1&amp;zoom=day"' in day
+    assert '<input type="hidden" name="zoom" value="day">' in day
+    month = (await web.get("/?zoom=month")).text
+    assert "db-2: reboot completed (ev-0)" in month  # a month reaches as far as a week
+    for bad in ("year", "DAY", "1"):
+        answer = await web.get(f"/?zoom={bad}")
+        assert answer.status_code == 400
+        assert answer.json() == {"error": f"zoom: expected one of week, day, month, got {bad!r}"}
 
 
 async def test_the_timeline_follows_the_audit_log_between_renders(web: httpx.AsyncClient) -> None:
@@ -170,7 +214,12 @@ async def test_the_instance_page_shows_history_heartbeat_and_eligibility(
     ]
     assert found.body("now")[0][7] == "approved (preset); drain: succeeded"
     text = (await web.get("/instances/db-1")).text
-    assert '<dd id="sidecar-state">reporting: last heartbeat' in text
+    # One heartbeat age on the page (the ticking one), the state without one of its own.
+    assert '<dd id="sidecar-state">reporting</dd>' in text
+    assert text.count("data-countdown") - text.count('id="now"') >= 1
+    assert re.search(r'<dd id="heartbeat"><time datetime="[^"]+" data-countdown', text)
+    assert len(re.findall(r"\d+s ago|\dm \d\ds ago", text.split('id="h-inforce"')[0])) == 1
+    assert '<td data-label="Detail" class="detail">' in text  # wraps (dashboard.css)
     assert '<dd id="eligibility">not eligible: ' in text
     assert "1 heartbeats not listed" in text
     for bad in ("nan", "-1", "0", "x", "1000"):
@@ -178,8 +227,9 @@ async def test_the_instance_page_shows_history_heartbeat_and_eligibility(
         assert answer.status_code == 400
         assert answer.json()["error"].startswith("days: ")
     assert (await web.get("/instances/db-1?days=30")).status_code == 200
-    unknown = (await web.get("/instances/nobody")).text
-    assert "No event of this instance reached the fleet service." in unknown
+    unknown = await web.get("/instances/nobody")
+    assert unknown.status_code == 404
+    assert "No event of this instance reached the fleet service." in unknown.text
 
 
 async def test_the_version_moves_with_the_store(web: httpx.AsyncClient) -> None:

@@ -22,9 +22,13 @@ from playwright.async_api import BrowserContext, ConsoleMessage, Error, Page, ex
 
 from bridge.fleet.demo import _bridge as fleet_bridge
 from bridge.fleet.service import FleetService
+from bridge.pipeline.model import Status
 from bridge.simulator import Simulator
+from tests.fleet import world
 from tests.fleet.chromium import ARTIFACTS, browser
 from tests.fleet.conftest import SECRET, FleetFactory
+from tests.fleet.factories import transition
+from tests.fleet.world import minutes
 from tests.support import eventually
 
 __all__ = ["browser"]  # the fixture, imported to be found
@@ -180,3 +184,95 @@ async def test_the_dashboard_live_in_chromium(
 
         await page.close()
         assert errors == []
+
+
+async def box(locator: Any) -> dict[str, float]:
+    found = await locator.bounding_box()
+    assert found is not None, locator
+    return dict(found)
+
+
+async def inside_the_screen(locator: Any, width: float = 390) -> bool:
+    """Whether the element is laid out within the screen's width (no sideways scroll)."""
+    found = await box(locator)
+    return found["x"] >= 0 and found["x"] + found["width"] <= width + 0.5
+
+
+async def test_the_page_on_a_phone_and_the_timeline_zoom(
+    fleet_service: FleetFactory, browser: BrowserContext
+) -> None:
+    """390 x 844 (a phone): every column of a notice is on screen, the timeline opens on now
+    and the days to come with its row names beside it; the zoom lives in the URL."""
+    later = world.DB2
+    async with fleet_service() as service, httpx.AsyncClient(base_url=service.url) as http:
+        five_days = transition(
+            later, "ev-9", Status.SCHEDULED, minutes(-1), not_before=minutes(7200)
+        )
+        body = b"[" + b",".join([*world.FLEET, five_days]) + b"]"
+        headers = {"content-type": "application/cloudevents-batch+json"}
+        assert (await http.post("/v1/events", content=body, headers=headers)).status_code == 200
+
+        page = await browser.new_page()
+        await page.set_viewport_size({"width": 390, "height": 844})
+        await page.goto(service.url + "/")
+        rows = page.locator("#now tbody tr")
+        await expect(rows).to_have_count(5)
+        assert (
+            await page.evaluate(
+                "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            <= 0
+        )
+        # A card per notice: the instance and its zone are on screen, labelled.
+        first = rows.nth(1)  # db-1, scheduled in 10 minutes
+        for cell, text in (("th", "db-1"), ("td.zone", "westeurope-1")):
+            located = first.locator(cell)
+            await expect(located).to_be_visible()
+            await expect(located).to_contain_text(text)
+            assert await inside_the_screen(located), cell
+        label = await first.locator("td.zone").evaluate(
+            "cell => getComputedStyle(cell, '::before').content"
+        )
+        assert label == '"Zone"'
+
+        # The timeline: opens on now, with what is coming; the names stay while it scrolls.
+        plot = page.locator("#timeline-plot")
+        await plot.scroll_into_view_if_needed()
+        now_line = page.locator("#timeline-svg line.now")
+        assert await inside_the_screen(now_line)
+        names = page.locator(".tl-labels a.row")
+        await expect(names.first).to_be_visible()
+        assert await inside_the_screen(names.first)
+        coming = page.locator("#timeline-svg rect.s-scheduled").last  # ev-9, in 5 days
+        await coming.scroll_into_view_if_needed()
+        assert await inside_the_screen(coming)
+        await plot.evaluate("plot => { plot.scrollLeft = plot.scrollWidth; }")
+        end = page.locator("#timeline-svg text.tick").last
+        await expect(end).to_have_text("+7d")
+        assert await inside_the_screen(end)
+        assert await inside_the_screen(names.first)  # still beside the drawing
+        await shot(page, "phone-timeline")
+
+        # Zoom: a day, kept in the URL, by a filter and by a reload; a month reaches ev-9 too.
+        await page.click(".zoom a[data-zoom=day]")
+        await expect(page).to_have_url(service.url + "/?zoom=day")
+        await expect(page.locator("#h-timeline")).to_contain_text("last 24 hours")
+        await expect(page.locator("#timeline-svg text.tick").last).to_have_text("+24h")
+        await page.select_option("#f-provider", "azure")
+        await expect(page).to_have_url(service.url + "/?provider=azure&zoom=day")
+        await page.reload()
+        await expect(page.locator(".zoom strong")).to_have_text("day")
+        await page.click(".zoom a[data-zoom=month]")
+        await expect(page).to_have_url(service.url + "/?provider=azure&zoom=month")
+        await expect(page.locator("#timeline-svg text.tick").last).to_have_text("+30d")
+        await shot(page, "phone-month")
+
+        # The instance page: one heartbeat age, the detail wrapped (no cell off screen).
+        await page.goto(service.url + "/instances/db-2")
+        await expect(page.locator("#heartbeat time")).to_contain_text("ago")
+        await expect(page.locator("#sidecar-state")).to_have_text("reporting")
+        assert "ago" not in (await page.locator("#sidecar-state").text_content() or "")
+        detail = page.locator("#history td.detail").first
+        await expect(detail).to_contain_text("scheduled")
+        assert await inside_the_screen(detail)
+        await page.close()

@@ -18,13 +18,15 @@ from string import Template
 from typing import Any, Final
 from urllib.parse import quote
 
-from bridge.fleet.state import IN_FORCE, instance_state
+from bridge.fleet.state import IN_FORCE, SILENT_AFTER_INTERVALS, instance_state
 from bridge.fleet.web import views
-from bridge.fleet.web.views import DAY, Bar, Filters, Headline
+from bridge.fleet.web.views import Bar, Filters, Headline
 
-TIMELINE_WIDTH: Final = 1000
+#: The drawing's width in pixels (the row names are beside it, in HTML); it scrolls sideways
+#: in its box on a screen narrower than this.
+PLOT_WIDTH: Final = 960
+#: A row's height in pixels: the names' list items (dashboard.css) are as high.
 ROW_HEIGHT: Final = 22
-LABEL_WIDTH: Final = 170
 END: Final = ' text-anchor="end"'
 #: A zone's drill-down draws at most this many instances.
 MAX_TIMELINE_ROWS: Final = 200
@@ -109,6 +111,9 @@ def filters_form(filters: Filters, options: Mapping[str, Sequence[str]]) -> str:
         )
 
     clear = '<a href="/" class="clear">clear</a>' if filters.active else ""
+    zoom = ""  # the form's GET replaces the query: the zoom rides along
+    if filters.zoom.name != views.DEFAULT_ZOOM:
+        zoom = f'<input type="hidden" name="zoom" value="{escape(filters.zoom.name)}">'
     return (
         '<form class="filters" method="get" action="/" role="search" aria-label="Filters">'
         f"{select('provider', 'Provider', filters.provider)}"
@@ -117,6 +122,7 @@ def filters_form(filters: Filters, options: Mapping[str, Sequence[str]]) -> str:
         '<label for="f-q">Text</label>'
         f'<input id="f-q" name="q" type="search" value="{escape(filters.text)}" '
         'placeholder="instance, notice, zone">'
+        f"{zoom}"
         f'<button type="submit">Filter</button>{clear}</form>'
     )
 
@@ -152,14 +158,15 @@ def notices_table(
         kind = escape(notice["kind"])
         rows.append(
             f'<tr class="s-{escape(notice["status"])}" data-notice="{escape(notice["notice_id"])}">'
-            f"<td>{countdown(views.start_of(notice), now)}</td>"
-            f'<td><span class="status">{escape(notice["status"])}</span></td>'
-            f'<td><span class="kind k-{kind}">{kind}</span></td>'
-            f"<td>{escape(notice['provider'])}</td>"
-            f"<td>{escape(notice.get('zone') or '')}</td>"
-            f'<th scope="row">{instance_link(notice["instance"])}</th>'
-            f"<td>{escape(data.get('origin') or '')}</td>"
-            f"<td>{escape('; '.join(done)) if done else '<span class=muted>-</span>'}</td>"
+            f'<td data-label="Starts">{countdown(views.start_of(notice), now)}</td>'
+            f'<td data-label="Status"><span class="status">{escape(notice["status"])}</span></td>'
+            f'<td data-label="Kind"><span class="kind k-{kind}">{kind}</span></td>'
+            f'<td data-label="Provider">{escape(notice["provider"])}</td>'
+            f'<td data-label="Zone" class="zone">{escape(notice.get("zone") or "")}</td>'
+            f'<th scope="row" data-label="Instance">{instance_link(notice["instance"])}</th>'
+            f'<td data-label="Origin">{escape(data.get("origin") or "")}</td>'
+            f'<td data-label="Sidecar did">'
+            f"{escape('; '.join(done)) if done else '<span class=muted>-</span>'}</td>"
             "</tr>"
         )
     more = ""
@@ -169,7 +176,7 @@ def notices_table(
             "filters.</p>"
         )
     return (
-        f'<div class="scroll"><table id="{table_id}"><caption>{escape(caption)} '
+        f'<div class="scroll"><table id="{table_id}" class="cards"><caption>{escape(caption)} '
         f"({len(notices)})</caption><thead><tr>"
         '<th scope="col">Starts</th><th scope="col">Status</th><th scope="col">Kind</th>'
         '<th scope="col">Provider</th><th scope="col">Zone</th><th scope="col">Instance</th>'
@@ -196,21 +203,36 @@ def where_table(notices: Iterable[Mapping[str, Any]], filters: Filters) -> str:
     )
 
 
+def zoom_links(filters: Filters) -> str:
+    """Day, week, month: links that keep the filters (the zoom lives in the URL too)."""
+    links = []
+    for zoom in views.ZOOMS.values():
+        if zoom == filters.zoom:
+            links.append(f'<strong aria-current="true">{zoom.name}</strong>')
+        else:
+            href = f"/{filters.query(zoom=zoom)}"
+            links.append(f'<a href="{escape(href)}" data-zoom="{zoom.name}">{zoom.name}</a>')
+    return f'<nav class="zoom" aria-label="Timeline zoom">Zoom: {" · ".join(links)}</nav>'
+
+
 def timeline_svg(bars: Sequence[Bar], now: float, filters: Filters) -> str:
-    """Last 7 days and next 7 days: a row per zone (per instance once a zone is chosen),
-    windows as bars, started as triangles, completed as dots; `now` is the middle line."""
-    left, right = now - 7 * DAY, now + 7 * DAY
-    scale = (TIMELINE_WIDTH - LABEL_WIDTH) / (right - left)
+    """The zoom's span before and after now: a row per zone (per instance once a zone is
+    chosen), windows as bars, started as triangles, completed as dots; `now` is the middle
+    line. The row names are HTML beside the drawing, not in it: on a narrow screen the
+    drawing scrolls sideways (the script brings `now` into view) while the names stay."""
+    zoom = filters.zoom
+    left, right = now - zoom.half, now + zoom.half
+    scale = PLOT_WIDTH / (right - left)
 
     def x(moment: float) -> float:
-        return LABEL_WIDTH + (min(max(moment, left), right) - left) * scale
+        return (min(max(moment, left), right) - left) * scale
 
     rows: dict[str, list[Bar]] = {}
     for item in bars:
         if item.end >= left and item.start <= right:
             rows.setdefault(item.instance if filters.zone else item.zone, []).append(item)
     if not rows:
-        return '<p class="empty">Nothing in the last or next 7 days.</p>'
+        return f'<p class="empty">Nothing in the {escape(zoom.text)}.</p>'
     hidden = max(0, len(rows) - MAX_TIMELINE_ROWS)
     if hidden:  # rows with a notice in force first, then by name
         ranked = sorted(
@@ -218,34 +240,41 @@ def timeline_svg(bars: Sequence[Bar], now: float, filters: Filters) -> str:
         )
         rows = {row: rows[row] for row in ranked[:MAX_TIMELINE_ROWS]}
     height = ROW_HEIGHT * (len(rows) + 1)
+    labels = []
     parts = [
-        f'<svg id="timeline-svg" viewBox="0 0 {TIMELINE_WIDTH} {height}" role="img" '
-        f'aria-labelledby="h-timeline" preserveAspectRatio="xMinYMin meet">'
+        f'<svg id="timeline-svg" width="{PLOT_WIDTH}" height="{height}" '
+        f'viewBox="0 0 {PLOT_WIDTH} {height}" role="img" aria-labelledby="h-timeline" '
+        f'data-now-x="{x(now):.0f}">'
     ]
-    for day in range(-7, 8):
-        at = x(now + day * DAY)
-        label = "now" if day == 0 else f"{day:+d}d"
+    ticks = int(zoom.half // zoom.tick)
+    for step in range(-ticks, ticks + 1):
+        offset = step * zoom.tick
+        at = x(now + offset)
+        anchor = END if step == ticks else ""
         parts.append(
-            f'<line class="{"now" if day == 0 else "grid"}" x1="{at:.1f}" x2="{at:.1f}" '
-            f'y1="0" y2="{height}"/><text class="tick" x="{at + 2 if day < 7 else at - 2:.1f}" '
-            f'y="{height - 6}"{END if day == 7 else ""}>'
-            f"{label}</text>"
+            f'<line class="{"now" if step == 0 else "grid"}" x1="{at:.1f}" x2="{at:.1f}" '
+            f'y1="0" y2="{height}"/><text class="tick" x="{at - 2 if anchor else at + 2:.1f}" '
+            f'y="{height - 6}"{anchor}>{zoom.label(offset)}</text>'
         )
     for index, (row, items) in enumerate(sorted(rows.items())):
         top = index * ROW_HEIGHT
         link = f"/{filters.query(zone=row)}" if not filters.zone else f"/instances/{quote(row)}"
-        parts.append(
-            f'<a href="{escape(link)}"><text class="row" x="4" y="{top + 15}">'
-            f"{escape(row[:24])}</text></a>"
+        labels.append(
+            f'<li><a class="row" href="{escape(link)}" title="{escape(row)}">{escape(row)}</a></li>'
         )
         parts.extend(_row_shapes(items, top, x))
     parts.append("</svg>")
+    labels.append('<li aria-hidden="true"></li>')  # beside the time axis
+    drawn = (
+        f'<div class="timeline"><ol class="tl-labels">{"".join(labels)}</ol>'
+        f'<div class="tl-plot" id="timeline-plot">{"".join(parts)}</div></div>'
+    )
     if hidden:
-        parts.append(
+        drawn += (
             f'<p class="more">{hidden} more rows not drawn (those with a notice in force come '
             "first): narrow the filters.</p>"
         )
-    return "".join(parts)
+    return drawn
 
 
 def _row_shapes(items: Sequence[Bar], top: int, x: Callable[[float], float]) -> list[str]:
@@ -311,9 +340,10 @@ def dashboard(
             notices_table("coming-24h", "Scheduled within 24 h", day, now),
             notices_table("coming-7d", "Scheduled in 24 h to 7 days", week, now),
             "</section>",
-            '<section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline: last 7 days '
-            f"and next 7 days, per {row_unit}</h2>",
-            f'<div class="scroll">{timeline_svg(bars, now, filters)}</div>',
+            f'<section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline: '
+            f"{filters.zoom.text}, per {row_unit}</h2>",
+            zoom_links(filters),
+            timeline_svg(bars, now, filters),
             '<p class="legend"><span class="win-key"></span> window '
             "<span>▲</span> started <span>●</span> completed</p>",
             "</section>",
@@ -346,8 +376,17 @@ def instance_page(
             f'<h1 id="instance-name">{escape(name)}</h1>'
             '<p class="empty">No event of this instance reached the fleet service.</p>'
         )
-    state, why = instance_state(instance, now)
+    state, _why = instance_state(instance, now)
     last = instance.get("last_heartbeat")
+    # One age on the page, the ticking one under "Last heartbeat"; the state says only
+    # what the age means (the reason's own age was frozen at render time and drifted apart).
+    if last is None:
+        state_text = f"{state}: no heartbeat received"
+    elif state == "silent" and instance.get("heartbeat_interval"):
+        limit = SILENT_AFTER_INTERVALS * float(instance.get("heartbeat_interval") or 0)
+        state_text = f"silent: no heartbeat for more than {limit:g} s"
+    else:
+        state_text = state
     facts = [
         ("Provider", instance.get("provider")),
         ("Zone", instance.get("zone")),
@@ -378,13 +417,16 @@ def instance_page(
     rows = []
     for entry in history:
         rows.append(
-            f"<tr><td>{countdown(entry['time'], now)}</td>"
-            f'<td><time datetime="{iso(entry["time"])}">{readable(entry["time"])}</time></td>'
-            f"<td>{escape(entry['type'])}</td><td>{escape(entry['notice_id'])}</td>"
-            f"<td>{escape(entry['detail'])}</td><td>{escape(entry['ingest'])}</td></tr>"
+            f'<tr><td data-label="When">{countdown(entry["time"], now)}</td>'
+            f'<td data-label="Time"><time datetime="{iso(entry["time"])}">'
+            f"{readable(entry['time'])}</time></td>"
+            f'<td data-label="Event">{escape(entry["type"])}</td>'
+            f'<td data-label="Notice">{escape(entry["notice_id"])}</td>'
+            f'<td data-label="Detail" class="detail">{escape(entry["detail"])}</td>'
+            f'<td data-label="Ingest">{escape(entry["ingest"])}</td></tr>'
         )
     history_html = (
-        '<div class="scroll"><table id="history"><caption>Events of the last '
+        '<div class="scroll"><table id="history" class="cards"><caption>Events of the last '
         f"{days:g} days, oldest first ({len(rows)}; {heartbeats} heartbeats not listed)"
         '</caption><thead><tr><th scope="col">When</th><th scope="col">Time</th>'
         '<th scope="col">Event</th><th scope="col">Notice</th><th scope="col">Detail</th>'
@@ -396,7 +438,7 @@ def instance_page(
     return (
         f'<p><a href="/">← fleet</a></p><h1 id="instance-name">{escape(instance["name"])}</h1>'
         '<section aria-labelledby="h-state"><h2 id="h-state">State</h2><dl class="facts">'
-        f'<div><dt>Sidecar</dt><dd id="sidecar-state">{escape(state)}: {escape(why)}</dd></div>'
+        f'<div><dt>Sidecar</dt><dd id="sidecar-state">{escape(state_text)}</dd></div>'
         f'<div><dt>Last heartbeat</dt><dd id="heartbeat">{beat}</dd></div>'
         f"{eligible_html}{facts_html}</dl></section>"
         '<section aria-labelledby="h-inforce"><h2 id="h-inforce">Notices in force</h2>'

@@ -1,6 +1,7 @@
 """The dashboard's routes on the fleet service's listener.
 
-- `GET /`: the fleet page (filters `provider`, `zone`, `kind`, `q` in the URL).
+- `GET /`: the fleet page (filters `provider`, `zone`, `kind`, `q` and the timeline's `zoom`
+  in the URL; an unknown zoom is 400 naming the choices, like a bad `days`).
 - `GET /instances/{name}`: one instance: state, eligibility, heartbeat, its history (`days`,
   default 7).
 - `GET /dashboard/version`: a small token that changes when the store does (and once a
@@ -94,13 +95,14 @@ class DashboardRoutes:
                 zones.add(instance["zone"])
         return {"provider": sorted(providers), "zone": sorted(zones), "kind": sorted(kinds)}
 
-    async def _timeline(self, now: float) -> views.Timeline:
-        """The kept timeline, brought up to date: the events after its cursor, or a week of
-        the audit log when it is due for a rebuild (see `views.Timeline`)."""
+    async def _timeline(self, now: float, zoom: views.Zoom) -> views.Timeline:
+        """The kept timeline, brought up to date: the events after its cursor, or the audit
+        log of its reach when it is due for a rebuild (see `views.Timeline`)."""
         async with self._lock:
-            if self.timeline.stale(now):
-                fresh = views.Timeline(built_at=now)
-                query = EventQuery(since=now - 7 * views.DAY, limit=PAGE)
+            if self.timeline.stale(now, zoom.half):
+                reach = max(zoom.half, self.timeline.reach)
+                fresh = views.Timeline(built_at=now, reach=reach)
+                query = EventQuery(since=now - reach, limit=PAGE)
             else:
                 fresh = self.timeline
                 query = EventQuery(cursor=fresh.cursor, limit=PAGE)
@@ -122,12 +124,15 @@ class DashboardRoutes:
 
     async def index(self, request: web.Request) -> web.Response:
         now = time.time()
-        filters = views.Filters.of(request.query)
+        try:
+            filters = views.Filters.of(request.query)
+        except views.BadZoom as exc:
+            raise BadQuery(str(exc)) from None
         every = await self._notices(NoticeFilter())
         instances = await self.store.instances()
         shown = views.soonest_first([n for n in every if filters.matches(n)])
         day, week = views.coming(shown, now)
-        bars = (await self._timeline(now)).select(every, filters, now)
+        bars = (await self._timeline(now, filters.zoom)).select(every, filters, now)
         head = views.headline(views.instances_of(instances, filters), shown, now)
         body = render.dashboard(head, shown, day, week, bars, filters, now)
         form = render.filters_form(filters, await self._options(instances))
@@ -172,7 +177,12 @@ class DashboardRoutes:
             instance, name, eligibility, in_force, history, heartbeats, days, now
         )
         text = render.page(f"{name}: maintenance fleet", body, now, await self._version(now))
-        return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})
+        return web.Response(
+            text=text,
+            status=200 if instance is not None else 404,  # the page says why, in HTML
+            content_type=_HTML,
+            headers={"Cache-Control": "no-store"},
+        )
 
 
 def _days(text: str) -> float:

@@ -27,6 +27,55 @@ DEFAULT_WINDOW: Final = 3600.0
 MAX_ROWS: Final = 500
 
 
+@dataclass(frozen=True, slots=True)
+class Zoom:
+    """How much of the timeline shows: `half` seconds before now and as many after, a grid
+    line every `tick` seconds labelled in `unit`s (`+3h`, `+2d`)."""
+
+    name: str
+    half: float
+    tick: float
+    unit: str
+
+    def label(self, offset: float) -> str:
+        if offset == 0:
+            return "now"
+        step = 3600.0 if self.unit == "h" else DAY
+        return f"{round(offset / step):+d}{self.unit}"
+
+    @property
+    def text(self) -> str:
+        """`the last 24 hours and the next 24 hours`: the timeline's heading."""
+        if self.half == DAY:
+            return "last 24 hours and next 24 hours"
+        return f"last {self.half / DAY:g} days and next {self.half / DAY:g} days"
+
+
+#: The timeline's zooms (`?zoom=` of the page), the default first: a burst of notices
+#: within an hour is one line at a week and separate windows at a day.
+ZOOMS: Final = {
+    zoom.name: zoom
+    for zoom in (
+        Zoom("week", 7 * DAY, DAY, "d"),
+        Zoom("day", DAY, 3 * 3600.0, "h"),
+        Zoom("month", 30 * DAY, 5 * DAY, "d"),
+    )
+}
+DEFAULT_ZOOM: Final = "week"
+
+
+class BadZoom(ValueError):
+    """`?zoom=` names no zoom; the message lists the ones there are."""
+
+
+def zoom_of(text: str | None) -> Zoom:
+    """The zoom `?zoom=` names (absent or empty: a week); another value is refused."""
+    name = (text or "").strip() or DEFAULT_ZOOM
+    if name not in ZOOMS:
+        raise BadZoom(f"zoom: expected one of {', '.join(ZOOMS)}, got {name[:40]!r}")
+    return ZOOMS[name]
+
+
 def epoch(text: str | None) -> float | None:
     """Unix seconds of an RFC 3339 time (None stays None)."""
     if not text:
@@ -51,13 +100,19 @@ class Filters:
     zone: str | None = None
     kind: str | None = None
     text: str | None = None
+    #: The timeline's zoom: not a filter, but kept in every link so a drill-down keeps it.
+    zoom: Zoom = ZOOMS[DEFAULT_ZOOM]
 
     @classmethod
     def of(cls, query: Mapping[str, str]) -> Filters:
+        """The filters of a URL query; a bad `zoom` raises `BadZoom`."""
+
         def value(key: str) -> str | None:
             return (query.get(key) or "").strip() or None
 
-        return cls(value("provider"), value("zone"), value("kind"), value("q"))
+        return cls(
+            value("provider"), value("zone"), value("kind"), value("q"), zoom_of(query.get("zoom"))
+        )
 
     def matches(self, notice: Mapping[str, Any]) -> bool:
         """Whether a notice (a `Store.notices` row) passes the filters."""
@@ -89,14 +144,16 @@ class Filters:
         needle = self.text.lower()
         return any(needle in value.lower() for value in texts if value)
 
-    def query(self, **change: str | None) -> str:
-        """The URL query of these filters with `change` applied ("" when none is set)."""
+    def query(self, **change: Any) -> str:
+        """The URL query of these filters with `change` applied ("" when none is set; the
+        default zoom is left out)."""
         current = replace(self, **change)
         pairs = {
             "provider": current.provider,
             "zone": current.zone,
             "kind": current.kind,
             "q": current.text,
+            "zoom": None if current.zoom.name == DEFAULT_ZOOM else current.zoom.name,
         }
         text = urlencode({k: v for k, v in pairs.items() if v})
         return f"?{text}" if text else ""
@@ -241,24 +298,27 @@ _DATA: Final = msgspec.json.Decoder(dict[str, Any])
 
 
 class Timeline:
-    """The bars of the maintenance events of the last 7 days, kept between renders.
+    """The bars of the maintenance events of the last `reach` seconds, kept between renders.
 
     Every render would otherwise decode a week of the audit log (60,000 events at 10,000
     VMs: seconds); this keeps the bars and reads only the events after `cursor` (the audit
     log's sequence). `stale` says when to build it again from the store (every
-    `REBUILD_AFTER` seconds): old bars are dropped then, and a store whose sequence commits
-    out of order (PostgreSQL under concurrent writers) cannot hide an event for longer.
+    `REBUILD_AFTER` seconds, or when a zoom reaches further back than it read): old bars are
+    dropped then, and a store whose sequence commits out of order (PostgreSQL under
+    concurrent writers) cannot hide an event for longer. It reads a week until a month's
+    zoom is asked for, and a month from then on (one rebuild, not one per zoom change).
     """
 
     REBUILD_AFTER: Final = 3600.0
 
-    def __init__(self, built_at: float = 0.0) -> None:
+    def __init__(self, built_at: float = 0.0, reach: float = 7 * DAY) -> None:
         self.bars: dict[tuple[str, str], Bar] = {}
         self.cursor = 0
         self.built_at = built_at
+        self.reach = reach
 
-    def stale(self, now: float) -> bool:
-        return now - self.built_at > self.REBUILD_AFTER
+    def stale(self, now: float, reach: float = 7 * DAY) -> bool:
+        return now - self.built_at > self.REBUILD_AFTER or reach > self.reach
 
     def add(self, seq: int, body: bytes) -> None:
         """One audit-log row; only maintenance transitions draw something."""
@@ -290,9 +350,9 @@ class Timeline:
     def select(
         self, in_force: Iterable[Mapping[str, Any]], filters: Filters, now: float
     ) -> list[Bar]:
-        """The bars that pass `filters` and touch the 14 days around `now`, with the
+        """The bars that pass `filters` and touch the zoom's span around `now`, with the
         notices in force's current windows (copies: the kept bars stay as the log says)."""
-        left, right = now - 7 * DAY, now + 7 * DAY
+        left, right = now - filters.zoom.half, now + filters.zoom.half
         chosen: dict[tuple[str, str], Bar] = {}
         for key, bar in self.bars.items():
             if (

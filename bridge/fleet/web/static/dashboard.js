@@ -1,5 +1,6 @@
 // The live parts of the fleet dashboard; the page reads fine without them.
 // - Countdowns: every <time data-countdown> shows "in 4m 12s" / "3m ago", ticking each second.
+// - Timeline: on a narrow screen, scrolled so that now and the days to come show.
 // - Updates: polls /dashboard/version (a token that changes with the store) and, when it
 //   changed, fetches the same URL (filters included) and swaps <main>: no reload, the
 //   filter form and the scroll position stay as they are.
@@ -38,13 +39,17 @@
       const { version } = await answer.json();
       if (version !== main.dataset.version) {
         const page = await fetch(window.location.href, { cache: "no-store" });
-        if (!page.ok) throw new Error("HTTP " + page.status);
+        // 404: an instance not heard from yet; its page says so and is swapped in too.
+        if (!page.ok && page.status !== 404) throw new Error("HTTP " + page.status);
         const doc = new DOMParser().parseFromString(await page.text(), "text/html");
         const fresh = doc.getElementById("content");
         if (fresh) {
+          const plot = document.getElementById("timeline-plot");
+          const scrolled = plot ? plot.scrollLeft : null;
           main.innerHTML = fresh.innerHTML;
           main.dataset.version = fresh.dataset.version;
           tick();
+          timeline(scrolled);
         }
       }
       if (status) status.textContent = "· live";
@@ -52,6 +57,21 @@
       // The service restarting or the network gone: say so and keep trying.
       if (status) status.textContent = "· updates paused (" + error.message + ")";
     }
+  }
+
+  // The timeline on a narrow screen: its drawing scrolls sideways, and opens with `now`
+  // near the left edge so the days to come are in view (the past is a swipe away). After a
+  // live update the reader's own scroll position is kept instead.
+  function timeline(scrolled) {
+    const plot = document.getElementById("timeline-plot");
+    const svg = document.getElementById("timeline-svg");
+    if (!plot || !svg || plot.scrollWidth <= plot.clientWidth) return;
+    if (scrolled !== null && scrolled !== undefined) {
+      plot.scrollLeft = scrolled;
+      return;
+    }
+    const now = Number(svg.dataset.nowX);
+    if (!Number.isNaN(now)) plot.scrollLeft = Math.max(0, now - plot.clientWidth * 0.15);
   }
 
   // The filters: a choice applies at once, and the URL keeps only the filters that are set
@@ -76,6 +96,7 @@
   document.addEventListener("DOMContentLoaded", () => {
     tick();
     filters();
+    timeline(null);
     setInterval(tick, 1000);
     setInterval(refresh, POLL_MS);
   });
