@@ -9,6 +9,10 @@ url = "sqlite:///var/lib/maintenance-bridge/fleet.sqlite3"
 [[fleet.sources]]
 type = "http"
 secrets = ["env:FLEET_WEBHOOK_SECRET"]
+[[fleet.auth.credentials]] # who may read: see bridge/fleet/auth_config.py
+name = "grafana"
+scopes = ["read"]
+token = "env:FLEET_READ_TOKEN"
 ```
 
 Validated like the sidecar's configuration (`bridge.infra.validation`: every mistake named by its
