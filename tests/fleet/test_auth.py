@@ -374,6 +374,40 @@ def test_no_token_reaches_the_log(fleet: Fleet) -> None:
         assert token not in log
 
 
+def test_a_signature_is_checked_as_a_chunked_body_streams_in(fleet: Fleet) -> None:
+    body = event("ev-chunked")
+    headers = signed_headers(body, msg_id="chunked")
+
+    def pieces(data: bytes) -> Iterator[bytes]:
+        yield from (data[i : i + 100] for i in range(0, len(data), 100))
+
+    with fleet.client() as http:
+        tampered = body.replace(b"db-1", b"db-9")
+        refused = http.post("/v1/events", content=pieces(tampered), headers=headers)
+        assert refused.status_code == 401
+        assert refused.json()["error"] == "no signature matches a configured secret"
+        taken = http.post("/v1/events", content=pieces(body), headers=headers)
+        assert taken.json()["accepted"] == 1
+
+
+def test_an_address_is_throttled_for_the_rest_of_the_hour_only() -> None:
+    """The hour passes on an injected clock (no real sleep)."""
+    from bridge.fleet.auth import FailureLimiter
+    from bridge.fleet.metrics import AuthStats
+
+    now = [1000.0]
+    stats = AuthStats()
+    limiter = FailureLimiter(2, stats, clock=lambda: now[0])
+    limiter.failed("10.0.0.1", "unknown")
+    now[0] += 600
+    limiter.failed("10.0.0.1", "unknown")
+    assert limiter.retry_after("10.0.0.2") is None
+    assert limiter.retry_after("10.0.0.1") == 3001
+    now[0] += 3001
+    assert limiter.retry_after("10.0.0.1") is None  # the first failure left the window
+    assert (stats.failures["unknown"], stats.throttled) == (2, 1)
+
+
 # -- binary mode ----------------------------------------------------------------------------
 
 
