@@ -522,9 +522,10 @@ def test_open_reads_off_loopback_need_public_read_in_words(tmp_path: Path) -> No
     config = tmp_path / "fleet.toml"
     config.write_text(
         '[fleet.listener]\nhost = "0.0.0.0"\n'
+        f'[fleet.store]\nurl = "sqlite://{tmp_path}/fleet.db"\n'
         f'[[fleet.sources]]\ntype = "http"\nsecrets = ["{SECRET}"]\n'
     )
-    done = bridge("fleet", "--config", str(config))
+    done = bridge("fleet", "status", "--config", str(config))  # `status` never listens
     assert done.returncode == 2
     assert "public_read = true" in done.stderr
     raw: dict[str, Any] = {
