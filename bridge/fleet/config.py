@@ -104,6 +104,8 @@ class HttpSourceConfig(_Table, frozen=True, kw_only=True):
     token: Secret | None = None
     max_body: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_BODY
     max_in_flight: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_IN_FLIGHT
+    #: Seconds the whole body of a POST may take to arrive (nginx: 60 s between reads).
+    body_timeout: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
     binary_unsigned_attributes: bool = False
     #: Seconds a webhook-timestamp may differ from now (Standard Webhooks: 5 minutes).
     tolerance: Annotated[float, msgspec.Meta(gt=0)] = 300.0

@@ -493,6 +493,25 @@ def test_body_bytes_in_flight_are_capped_with_503_and_retry_after(tmp_path: Path
                 sock.close()
 
 
+def test_a_body_that_does_not_arrive_in_time_is_408_and_frees_its_share(tmp_path: Path) -> None:
+    source = "max_body = 4096\nmax_in_flight = 4096\nbody_timeout = 0.5"
+    with Fleet(tmp_path, "", source=source).running() as fleet:
+        head = signed_headers(b"anything") | {"Content-Length": "4096"}
+        request = ["POST /v1/events HTTP/1.1", "Host: fleet"]
+        request += [f"{k}: {v}" for k, v in head.items()]
+        with socket.create_connection(("127.0.0.1", fleet.port), timeout=5) as sock:
+            sock.sendall(("\r\n".join(request) + "\r\n\r\n").encode() + b"[")  # then nothing
+            answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 408")
+        with fleet.client() as http:
+            body = event("ev-after")
+            assert http.post("/v1/events", content=body, headers=signed_headers(body)).json() == {
+                "accepted": 1,
+                "duplicate": 0,
+                "invalid": 0,
+            }
+
+
 def test_repeated_failures_from_one_address_are_429_and_counted(tmp_path: Path) -> None:
     auth = "[fleet.auth]\nfailures_per_hour = 3"
     with Fleet(tmp_path, auth).running() as fleet:

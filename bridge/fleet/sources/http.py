@@ -19,7 +19,8 @@ A small fleet needs no bus: point each sidecar's webhook sink at the fleet servi
   429 (`bridge.fleet.auth.FailureLimiter`).
 - A body over `max_body` bytes: 413, from Content-Length before it is read, or as it
   streams. Body bytes held across all requests are capped by `max_in_flight`: past it, 503
-  with Retry-After.
+  with Retry-After. A body not in within `body_timeout` is 408, so a slow sender (whose
+  signature cannot be checked before its last byte) holds its share of the cap that long.
 - The answer comes after the store's commit: 200 with the counts when every event was
   valid (new or already known: a retried delivery is a success), 400 naming each refused
   event and its reason otherwise. The valid events of a partly refused batch are committed
@@ -30,6 +31,7 @@ A small fleet needs no bus: point each sidecar's webhook sink at the fleet servi
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hmac
@@ -265,18 +267,30 @@ class HttpSource:
                 held = length
             chunks: list[bytes] = []
             size = 0
-            async for chunk in request.content.iter_chunked(CHUNK):
-                size += len(chunk)
-                if size > limit:
-                    ingestor.stats.refused(self.name)
-                    return _closing(_bad(413, f"body larger than {limit} bytes"))
-                if length is None:
-                    if not self._budget.take(len(chunk)):
-                        return _busy()
-                    held += len(chunk)
-                if signed is not None:
-                    signed.update(chunk)
-                chunks.append(chunk)
+            try:
+                async with asyncio.timeout(self._config.body_timeout):
+                    async for chunk in request.content.iter_chunked(CHUNK):
+                        size += len(chunk)
+                        if size > limit:
+                            ingestor.stats.refused(self.name)
+                            return _closing(_bad(413, f"body larger than {limit} bytes"))
+                        if length is None:
+                            if not self._budget.take(len(chunk)):
+                                return _busy()
+                            held += len(chunk)
+                        if signed is not None:
+                            signed.update(chunk)
+                        chunks.append(chunk)
+            except TimeoutError:
+                log.warning(
+                    "POST %s from %s: body not in after %ss",
+                    PATH,
+                    request.remote,
+                    self._config.body_timeout,
+                )
+                return _closing(
+                    _bad(408, f"the body did not arrive within {self._config.body_timeout} s")
+                )
             if signed is not None and not signed.verified():
                 return self._refuse(
                     request, Refusal("no signature matches a configured secret", "signature")
