@@ -54,6 +54,7 @@ MAX_TRACKED: Final = 65_536
 WINDOW: Final = 3600.0
 _SESSION_CONTEXT: Final = b"maintenance-bridge fleet session v1"
 _BEARER: Final = re.compile(r"Bearer ([!-~]{1,4096})", re.IGNORECASE)
+_EXPIRY: Final = re.compile(r"[0-9]{1,12}")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -215,7 +216,7 @@ class Sessions:
     def holder(self, value: str, now: float) -> Holder | None:
         """The holder of a valid, unexpired cookie value, else None."""
         parts = value.rsplit(".", 2)
-        if len(parts) != 3 or not parts[1].isascii() or not parts[1].isdigit():
+        if len(parts) != 3 or not _EXPIRY.fullmatch(parts[1]):
             return None
         name, expiry, mac = parts
         holder = self.book.named(name)

@@ -241,6 +241,20 @@ def test_the_page_sends_to_a_sign_in_that_sets_a_strict_http_only_cookie(fleet: 
         assert http.post("/signout").status_code == 303
 
 
+def test_a_forged_or_huge_cookie_is_no_sign_in(fleet: Fleet) -> None:
+    forged = [
+        "grafana." + "9" * 5000 + ".AAAA",  # past Python's int() limit: was a 500
+        f"grafana.{int(time.time()) + 600}.AAAA",
+        "grafana",
+        "",
+    ]
+    for value in forged:
+        with fleet.client() as http:
+            http.cookies.set("fleet_session", value)
+            assert http.get("/").status_code == 303
+            assert http.get("/v1/fleet/summary").status_code == 401
+
+
 def test_sign_in_never_sends_anyone_to_another_site(fleet: Fleet) -> None:
     with fleet.client() as http:
         for target in ("//evil.example/", "https://evil.example/", "/\\evil.example"):
@@ -331,6 +345,13 @@ _VALUE = st.binary(min_size=1, max_size=200).map(
     msg_id=st.one_of(st.none(), _VALUE),
     stamp=st.one_of(st.none(), _VALUE, st.integers(-(2**70), 2**70).map(lambda n: str(n).encode())),
     signature=st.one_of(st.none(), _VALUE, _VALUE.map(lambda v: b"v1," + v)),
+    cookie=st.one_of(
+        st.none(),
+        _VALUE.map(lambda v: b"fleet_session=" + v),
+        st.text("0123456789", min_size=1, max_size=5000).map(
+            lambda n: f"fleet_session=grafana.{n}.AAAA".encode()
+        ),
+    ),
     binary=st.booleans(),
 )
 def test_hostile_auth_headers_are_never_a_5xx(
@@ -339,10 +360,12 @@ def test_hostile_auth_headers_are_never_a_5xx(
     msg_id: bytes | None,
     stamp: bytes | None,
     signature: bytes | None,
+    cookie: bytes | None,
     binary: bool,
 ) -> None:
     given_headers = {
         "authorization": authorization,
+        "cookie": cookie,
         "webhook-id": msg_id,
         "webhook-timestamp": stamp,
         "webhook-signature": signature,
