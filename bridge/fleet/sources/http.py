@@ -89,6 +89,24 @@ class BodyBudget:
         self.held -= count
 
 
+class _Hold:
+    """The bytes one request holds of a `BodyBudget`, all given back by `release`."""
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self.budget = budget
+        self.held = 0
+
+    def take(self, count: int) -> bool:
+        if not self.budget.take(count):
+            return False
+        self.held += count
+        return True
+
+    def release(self) -> None:
+        self.budget.give(self.held)
+        self.held = 0
+
+
 @dataclass
 class _Signed:
     """A Standard Webhooks signature to check once the body is in: one HMAC per (key,
@@ -259,44 +277,15 @@ class HttpSource:
                     "binary mode",
                 )
             )
-        held = 0
+        hold = _Hold(self._budget)
         try:
-            if length is not None:
-                if not self._budget.take(length):
-                    return _busy()
-                held = length
-            chunks: list[bytes] = []
-            size = 0
-            try:
-                async with asyncio.timeout(self._config.body_timeout):
-                    async for chunk in request.content.iter_chunked(CHUNK):
-                        size += len(chunk)
-                        if size > limit:
-                            ingestor.stats.refused(self.name)
-                            return _closing(_bad(413, f"body larger than {limit} bytes"))
-                        if length is None:
-                            if not self._budget.take(len(chunk)):
-                                return _busy()
-                            held += len(chunk)
-                        if signed is not None:
-                            signed.update(chunk)
-                        chunks.append(chunk)
-            except TimeoutError:
-                log.warning(
-                    "POST %s from %s: body not in after %ss",
-                    PATH,
-                    request.remote,
-                    self._config.body_timeout,
-                )
-                return _closing(
-                    _bad(408, f"the body did not arrive within {self._config.body_timeout} s")
-                )
-            if signed is not None and not signed.verified():
-                return self._refuse(
-                    request, Refusal("no signature matches a configured secret", "signature")
-                )
-            body = b"".join(chunks)
-            del chunks
+            if length is not None and not hold.take(length):
+                return _busy()
+            body = await self._read(request, signed, hold, length is None)
+            if isinstance(body, web.Response):
+                if body.status == 413:
+                    ingestor.stats.refused(self.name)
+                return body
             try:
                 bodies = self._bodies(request, mode, body)
             except contract.ContractError as exc:
@@ -304,7 +293,36 @@ class HttpSource:
             accepted, refused = classify(bodies)
             return await self._commit(ingestor, accepted, refused)
         finally:
-            self._budget.give(held)
+            hold.release()
+
+    async def _read(
+        self, request: web.Request, signed: _Signed | None, hold: _Hold, count_chunks: bool
+    ) -> bytes | web.Response:
+        """The body, read as it streams in: each chunk goes into the signature's HMACs and,
+        without a Content-Length (`count_chunks`), into the bytes in flight; the refusal
+        when it is too large, too slow, over the cap or not signed by a configured secret."""
+        limit, timeout = self._config.max_body, self._config.body_timeout
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(timeout):
+                async for chunk in request.content.iter_chunked(CHUNK):
+                    size += len(chunk)
+                    if size > limit:
+                        return _closing(_bad(413, f"body larger than {limit} bytes"))
+                    if count_chunks and not hold.take(len(chunk)):
+                        return _busy()
+                    if signed is not None:
+                        signed.update(chunk)
+                    chunks.append(chunk)
+        except TimeoutError:
+            log.warning("POST %s from %s: body not in after %ss", PATH, request.remote, timeout)
+            return _closing(_bad(408, f"the body did not arrive within {timeout} s"))
+        if signed is not None and not signed.verified():
+            return self._refuse(
+                request, Refusal("no signature matches a configured secret", "signature")
+            )
+        return b"".join(chunks)
 
     async def _commit(
         self, ingestor: Ingestor, accepted: list[Accepted], refused: list[tuple[int, Refused]]
