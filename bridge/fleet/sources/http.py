@@ -64,7 +64,7 @@ CHUNK: Final = 64 * 1024
 #: Signatures of one webhook-signature header looked at, at most.
 MAX_SIGNATURES: Final = 16
 _TIMESTAMP: Final = re.compile(r"[0-9]{1,12}")
-_MESSAGE_ID: Final = re.compile(r"[!-~]{1,256}")
+_MESSAGE_ID: Final = re.compile(r"[^\x00-\x1f\x7f]{1,1024}")  # an event id: any text
 _BASE64: Final = re.compile(r"[A-Za-z0-9+/]{4,128}={0,2}")
 
 
