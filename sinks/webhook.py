@@ -32,7 +32,7 @@ import collections
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
@@ -309,11 +309,18 @@ class WebhookSink(Sink):
         (body,) = bodies
         return body, {"content-type": STRUCTURED_CONTENT_TYPE}
 
-    def _signature(self, ids: Sequence[str], body: bytes) -> dict[str, str]:
+    def _signature(
+        self, ids: Sequence[str], body: bytes, headers: Mapping[str, str]
+    ) -> dict[str, str]:
+        """The signature headers of a request whose other headers are `headers`; in binary
+        mode the Standard Webhooks signatures cover the `ce-*` attributes too."""
         if self._signing == "standard":
             keys = [signing.standard_key(s.get_secret_value()) for s in self._secrets]
             msg_id = signing.webhook_id(ids)
-            return signing.standard_headers(msg_id, int(time.time()), body, keys)
+            attributes = (
+                signing.attributes_block(headers.items()) if self.mode == "binary" else None
+            )
+            return signing.standard_headers(msg_id, int(time.time()), body, keys, attributes)
         if self._signing == "github":
             return signing.github_headers(body, self._secrets[0].get_secret_value().encode())
         return {}
@@ -424,7 +431,8 @@ class WebhookSink(Sink):
         if refused is not None:
             return refused
         body, binding = encode()
-        headers = {**self._auth_headers(), **binding, **self._signature(ids, body)}
+        headers = {**self._auth_headers(), **binding}
+        headers.update(self._signature(ids, body, headers))
         if self._origin is not None:
             headers["origin"] = self._origin
         result: Result

@@ -11,6 +11,10 @@ url = "sqlite:///var/lib/maintenance-bridge/fleet.sqlite3"
 [[fleet.sources]]
 type = "http"
 secrets = ["env:FLEET_WEBHOOK_SECRET"]
+[[fleet.auth.credentials]] # who may read: see bridge/fleet/auth_config.py
+name = "grafana"
+scopes = ["read"]
+token = "env:FLEET_READ_TOKEN"
 ```
 
 Validated like the sidecar's configuration (`bridge.infra.validation`: every mistake named by its
@@ -35,6 +39,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from bridge.config import apply_env_overrides, read_toml
+from bridge.fleet.auth_config import FleetAuth, check_token
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.infra import tls
@@ -47,6 +52,8 @@ DEFAULT_PORT: Final = 8470
 DEFAULT_STORE_URL: Final = "sqlite:///var/lib/maintenance-bridge/fleet.sqlite3"
 #: Bytes of one POST /v1/events body, at most (the webhook sink's batch of 100 is ~250 KiB).
 DEFAULT_MAX_BODY: Final = 4 * 1024 * 1024
+#: Body bytes of POST /v1/events held at once across all requests (16 largest bodies).
+DEFAULT_MAX_IN_FLIGHT: Final = 64 * 1024 * 1024
 
 
 class _Table(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -124,7 +131,10 @@ class HttpSourceConfig(_Table, frozen=True, kw_only=True):
     """`type = "http"`: POST /v1/events on the fleet listener (see bridge/fleet/sources/http.py).
 
     Standard Webhooks secrets (`secrets`, several during a rotation; `secret` for one) or a
-    bearer `token`, or neither: then only a loopback listener may take unsigned posts.
+    bearer `token` (an `ingest` credential, as are `[[fleet.auth.credentials]]` with that
+    scope), or none of them: then only a loopback listener may take unsigned posts.
+    `binary_unsigned_attributes` takes binary-mode posts whose signature covers the body but
+    not the `ce-*` attributes (sidecars before the attributes were signed): off by default.
     """
 
     type: Literal["http"] = "http"
@@ -133,10 +143,18 @@ class HttpSourceConfig(_Table, frozen=True, kw_only=True):
     secrets: tuple[Secret, ...] = ()
     token: Secret | None = None
     max_body: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_BODY
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_IN_FLIGHT
+    #: Seconds the whole body of a POST may take to arrive (nginx: 60 s between reads).
+    body_timeout: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
+    binary_unsigned_attributes: bool = False
     #: Seconds a webhook-timestamp may differ from now (Standard Webhooks: 5 minutes).
     tolerance: Annotated[float, msgspec.Meta(gt=0)] = 300.0
 
     def __post_init__(self) -> None:
+        if self.token is not None:
+            check_token("token", self.token)
+        if self.max_in_flight < self.max_body:
+            raise FieldError("max_in_flight", "must be at least max_body")
         for index, secret in enumerate(self.all_secrets()):
             try:
                 signing.standard_key(secret.get_secret_value())
@@ -171,6 +189,7 @@ class FleetConfig(_Table, frozen=True, kw_only=True):
     listener: FleetListener = FleetListener()
     store: FleetStore = FleetStore()
     api: FleetApi = FleetApi()
+    auth: FleetAuth = FleetAuth()
     sources: tuple[Any, ...] = ()
 
     def source_names(self) -> list[str]:
@@ -205,19 +224,35 @@ def parse_fleet_config(raw: Mapping[str, Any], origin: str = "configuration") ->
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"fleet.sources: the name {name!r} is used twice; give each a name")
     if config is not None:
-        for index, source in enumerate(sources):
-            if (
-                isinstance(source, HttpSourceConfig)
-                and not source.authenticated
-                and not config.listener.loopback
-            ):
-                problems.append(
-                    f"fleet.sources[{index}]: an http source without secrets or token only "
-                    f"takes unsigned events on a loopback listener, not on {config.listener.host}"
-                )
+        problems += _exposure_problems(config, sources)
     if problems or config is None:
         raise ConfigError(problems, origin)
     return msgspec.structs.replace(config, sources=tuple(sources))
+
+
+def _exposure_problems(config: FleetConfig, sources: list[Any]) -> list[str]:
+    """What a listener off loopback must not leave open: unsigned ingest, and reads without
+    a credential unless `public_read = true` says so in words."""
+    problems = []
+    if not config.listener.loopback and not (config.auth.protects_reads or config.auth.public_read):
+        problems.append(
+            f"fleet.auth: reads (the API, the page, the audit log) would be open to anyone "
+            f"reaching {config.listener.host}: add [[fleet.auth.credentials]] with the read "
+            "scope, a proxy_header, or set public_read = true"
+        )
+    ingest_credentials = bool(config.auth.with_scope("ingest"))
+    for index, source in enumerate(sources):
+        if (
+            isinstance(source, HttpSourceConfig)
+            and not source.authenticated
+            and not ingest_credentials
+            and not config.listener.loopback
+        ):
+            problems.append(
+                f"fleet.sources[{index}]: an http source without secrets or token only "
+                f"takes unsigned events on a loopback listener, not on {config.listener.host}"
+            )
+    return problems
 
 
 def load_fleet_config(path: Path | None, environ: Mapping[str, str] = os.environ) -> FleetConfig:

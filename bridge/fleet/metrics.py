@@ -25,11 +25,21 @@ OUTCOMES: Final = ("accepted", "duplicate", "invalid")
 
 
 @dataclass
+class AuthStats:
+    """Failed credentials by reason (missing, malformed, unknown, stale, signature, ...) and
+    requests answered 429, counted by `bridge.fleet.auth.FailureLimiter`."""
+
+    failures: Counter[str] = field(default_factory=Counter)
+    throttled: int = 0
+
+
+@dataclass
 class IngestStats:
     """Ingest counters by (source, outcome) and the lag histogram by source."""
 
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     lag: dict[str, Histogram] = field(default_factory=dict)
+    auth: AuthStats = field(default_factory=lambda: AuthStats())
 
     def record(self, source: str, result: IngestResult) -> None:
         self.counts[(source, "accepted")] += result.accepted
@@ -80,6 +90,18 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[str]) -> st
         "fleet_ingest_lag_seconds",
         "Receive time minus event time of newly accepted events.",
         (({"source": s}, stats.lag.setdefault(s, Histogram(LAG_BUCKETS))) for s in names),
+    )
+    out.add(
+        "fleet_auth_failures_total",
+        "counter",
+        "Requests refused for a missing, malformed, stale or unknown credential, by reason.",
+        (({"reason": reason}, n) for reason, n in sorted(stats.auth.failures.items())),
+    )
+    out.add(
+        "fleet_auth_throttled_total",
+        "counter",
+        "Requests answered 429 because their address failed too many credentials.",
+        [({}, stats.auth.throttled)],
     )
     counts: dict[str, Any] = await store.counts()
     out.add(

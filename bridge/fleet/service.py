@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from bridge.fleet.api import FleetApiRoutes
+from bridge.fleet.auth import AccessGuard
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
 from bridge.fleet.kafka_config import KafkaSourceConfig
@@ -27,6 +28,7 @@ from bridge.fleet.sources.http import HttpSource
 from bridge.fleet.sqlite_store import SqliteStore
 from bridge.fleet.store import Store, StoreError
 from bridge.fleet.web.routes import DashboardRoutes
+from bridge.fleet.web.signin import SignInRoutes
 from bridge.infra.tls import CertificateError, ReloadingContext, server_context
 
 log = logging.getLogger("bridge.fleet")
@@ -49,10 +51,11 @@ def build_store(url: str, *, read_only: bool = False) -> Store:
     return store
 
 
-def build_source(config: Any) -> Source:
-    """The source of one `[[fleet.sources]]` entry (bus sources add their type here)."""
+def build_source(config: Any, guard: AccessGuard | None = None) -> Source:
+    """The source of one `[[fleet.sources]]` entry (bus sources add their type here); the
+    http source checks its bearer tokens against `guard`'s credentials."""
     if isinstance(config, HttpSourceConfig):
-        return HttpSource(config)
+        return HttpSource(config, guard)
     if isinstance(config, PubsubSourceConfig):
         from bridge.fleet.sources.pubsub import PubsubSource
 
@@ -76,7 +79,17 @@ class FleetService:
         self.store = store or build_store(config.store.url)
         self.stats = IngestStats()
         self.ingestor = Ingestor(self.store, self.stats)
-        self.sources = [build_source(source) for source in config.sources]
+        self.guard = AccessGuard(
+            config.auth,
+            loopback=config.listener.loopback,
+            ingest_tokens=[
+                (f"{s.name}.token", s.token)
+                for s in config.sources
+                if isinstance(s, HttpSourceConfig) and s.token is not None
+            ],
+            stats=self.stats.auth,
+        )
+        self.sources = [build_source(source, self.guard) for source in config.sources]
         self.api = FleetApiRoutes(self.store, config.api, self.stats, self.sources)
         self.url = ""
         #: The listener's certificate files while it serves TLS.
@@ -85,13 +98,15 @@ class FleetService:
     def application(self) -> web.Application:
         limits = [s.max_body for s in self.config.sources if isinstance(s, HttpSourceConfig)]
         app = web.Application(
-            client_max_size=max(limits, default=1024 * 1024), middlewares=[self.api.errors]
+            client_max_size=max(limits, default=1024 * 1024),
+            middlewares=[self.api.errors, self.guard.middleware],
         )
         for source in self.sources:
             if isinstance(source, HttpSource):
                 source.add_routes(app)
         self.api.add_routes(app)
         DashboardRoutes(self.store, self.config.api.eligible_horizon).add_routes(app)
+        SignInRoutes(self.guard).add_routes(app)
         return app
 
     def _tls_context(self) -> ssl.SSLContext | None:
@@ -122,7 +137,10 @@ class FleetService:
         """Serve while the block runs; `url` is the listener's base URL."""
         await self.store.open()
         started: list[Source] = []
-        runner = web.AppRunner(self.application(), access_log=None)
+        # lingering_time=0: a request refused from its headers (bridge.fleet.auth) has its
+        # connection closed after the answer, instead of aiohttp reading and dropping the
+        # rest of its body for 10 s; every handler that wants a body reads all of it.
+        runner = web.AppRunner(self.application(), access_log=None, lingering_time=0)
         try:
             for source in self.sources:
                 await source.start(self.ingestor)

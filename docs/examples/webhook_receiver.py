@@ -58,7 +58,8 @@ def make_app(
             return web.Response(status=204)  # a redelivery: already handled
         events = parse_events(headers, body)
         if len(events) == 1 and events[0].get_id() != headers["webhook-id"]:
-            # Binary mode signs the body, not the ce- headers: tie the event to the signed id.
+            # The v1 signature covers the body, not the ce- headers (v1ce does, docs/webhook.md):
+            # at least tie the event to the signed id.
             return web.Response(status=400, text="event id does not match webhook-id")
         for event in events:
             await handle(event)

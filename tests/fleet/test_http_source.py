@@ -195,7 +195,9 @@ def test_unsigned_ingest_is_refused_on_a_non_loopback_listener() -> None:
     raw = {"fleet": {"listener": {"host": "0.0.0.0"}, "sources": [{"type": "http"}]}}
     with pytest.raises(ConfigError, match="loopback"):
         parse_fleet_config(raw)
-    signed = {"fleet": {"listener": {"host": "0.0.0.0"}, "sources": SIGNED}}
+    signed = {
+        "fleet": {"listener": {"host": "0.0.0.0"}, "sources": SIGNED, "auth": {"public_read": True}}
+    }
     assert parse_fleet_config(signed).listener.host == "0.0.0.0"
 
 

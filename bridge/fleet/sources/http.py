@@ -5,13 +5,22 @@ A small fleet needs no bus: point each sidecar's webhook sink at the fleet servi
 - Content modes of the CloudEvents HTTP binding: structured
   (`application/cloudevents+json`), batch (`application/cloudevents-batch+json`) and binary
   (`ce-*` headers, the data as the body). Anything else is 415.
-- Authentication, checked before the body is parsed: Standard Webhooks signatures
-  (`webhook-id`, `webhook-timestamp` within `tolerance` of now, `webhook-signature` with a
-  `v1,` HMAC-SHA256 over `id.timestamp.body`) against every configured secret, so during a
-  rotation either the old or the new one verifies; or `Authorization: Bearer <token>`.
-  Missing or wrong: 401. No secret and no token: unsigned posts, allowed only on a loopback
-  listener (the configuration refuses anything else).
-- A body over `max_body` bytes: 413, before it is read.
+- Authentication, from the headers before any body byte is read: `Authorization: Bearer`
+  with an `ingest` credential (the source's `token` or `[[fleet.auth.credentials]]`), or
+  Standard Webhooks signatures (`webhook-id`, `webhook-timestamp` within `tolerance` of now,
+  `webhook-signature`) against every configured secret, so during a rotation either the old
+  or the new one verifies. A missing, malformed, stale or unknown credential is 401 at once
+  (and the connection closed, its body unread); a read credential is 403. The signature is
+  then computed as the body streams in. Structured and batch mode sign `id.timestamp.body`
+  (`v1,`); binary mode must sign the `ce-*` attributes too (`v1ce,`, see
+  `sinks._webhook_signing`), unless `binary_unsigned_attributes` takes old sidecars' `v1`.
+  No secret and no token: unsigned posts, allowed only on a loopback listener (the
+  configuration refuses anything else). Failed credentials count towards the address's
+  429 (`bridge.fleet.auth.FailureLimiter`).
+- A body over `max_body` bytes: 413, from Content-Length before it is read, or as it
+  streams. Body bytes held across all requests are capped by `max_in_flight`: past it, 503
+  with Retry-After. A body not in within `body_timeout` is 408, so a slow sender (whose
+  signature cannot be checked before its last byte) holds its share of the cap that long.
 - The answer comes after the store's commit: 200 with the counts when every event was
   valid (new or already known: a retried delivery is a success), 400 naming each refused
   event and its reason otherwise. The valid events of a partly refused batch are committed
@@ -22,16 +31,21 @@ A small fleet needs no bus: point each sidecar's webhook sink at the fleet servi
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import hashlib
+import binascii
 import hmac
 import logging
+import re
 import time
+from dataclasses import dataclass
 from typing import Final
 
 from aiohttp import web
 
 from bridge import contract
+from bridge.fleet.auth import AccessGuard, Refusal, bearer, too_many, unauthorized
+from bridge.fleet.auth_config import FleetAuth
 from bridge.fleet.config import HttpSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth, classify
 from bridge.fleet.store import Accepted, Refused, StoreError
@@ -42,21 +56,90 @@ log = logging.getLogger("bridge.fleet.http")
 PATH: Final = "/v1/events"
 STRUCTURED: Final = "application/cloudevents+json"
 BATCH: Final = "application/cloudevents-batch+json"
+BINARY: Final = "binary"
 #: Refused events named in one 400 answer, at most.
 REASONS_SHOWN: Final = 20
+#: Bytes read from the body at a time (each chunk goes into the signature's HMAC).
+CHUNK: Final = 64 * 1024
+#: Signatures of one webhook-signature header looked at, at most.
+MAX_SIGNATURES: Final = 16
+_TIMESTAMP: Final = re.compile(r"[0-9]{1,12}")
+_MESSAGE_ID: Final = re.compile(r"[^\x00-\x1f\x7f]{1,1024}")  # an event id: any text
+_BASE64: Final = re.compile(r"[A-Za-z0-9+/]{4,128}={0,2}")
 
 
 def _bad(status: int, reason: str, **extra: object) -> web.Response:
     return web.json_response({"error": reason, **extra}, status=status)
 
 
+class BodyBudget:
+    """Body bytes held at once across all requests of a source, at most `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, count: int) -> bool:
+        if self.held + count > self.limit:
+            return False
+        self.held += count
+        return True
+
+    def give(self, count: int) -> None:
+        self.held -= count
+
+
+class _Hold:
+    """The bytes one request holds of a `BodyBudget`, all given back by `release`."""
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self.budget = budget
+        self.held = 0
+
+    def take(self, count: int) -> bool:
+        if not self.budget.take(count):
+            return False
+        self.held += count
+        return True
+
+    def release(self) -> None:
+        self.budget.give(self.held)
+        self.held = 0
+
+
+@dataclass
+class _Signed:
+    """A Standard Webhooks signature to check once the body is in: one HMAC per (key,
+    version), fed the body as it streams, and the signatures the request claims."""
+
+    macs: list[tuple[hmac.HMAC, str]]
+    claimed: list[tuple[str, bytes]]
+
+    def update(self, chunk: bytes) -> None:
+        for mac, _version in self.macs:
+            mac.update(chunk)
+
+    def verified(self) -> bool:
+        found = False
+        for mac, version in self.macs:
+            digest = mac.digest()
+            for claimed_version, claimed in self.claimed:
+                if claimed_version == version and hmac.compare_digest(digest, claimed):
+                    found = True
+        return found
+
+
 class HttpSource:
     """`POST /v1/events` on the fleet listener (see the module docstring)."""
 
-    def __init__(self, config: HttpSourceConfig) -> None:
+    def __init__(self, config: HttpSourceConfig, guard: AccessGuard | None = None) -> None:
         self.name = config.name
         self._config = config
         self._keys = [signing.standard_key(s.get_secret_value()) for s in config.all_secrets()]
+        tokens = [(f"{config.name}.token", config.token)] if config.token is not None else []
+        self._guard = guard or AccessGuard(FleetAuth(), loopback=True, ingest_tokens=tokens)
+        self._open = not self._keys and not self._guard.book.has("ingest")
+        self._budget = BodyBudget(config.max_in_flight)
         self._ingestor: Ingestor | None = None
         self.requests = 0
 
@@ -77,84 +160,169 @@ class HttpSource:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post(PATH, self.handle)
 
-    # -- authentication ---------------------------------------------------------------------
+    # -- authentication, from the headers ---------------------------------------------------
 
-    def _authentic(self, request: web.Request, body: bytes) -> str | None:
-        """None when the request is authentic, else why not (for the 401 answer)."""
-        token = self._config.token
+    def _credential(self, request: web.Request, mode: str) -> _Signed | None:
+        """None when the headers alone show the request authentic (an ingest token, or an
+        open loopback source); the signature to check as the body streams in; `Refusal`."""
+        token = bearer(request)
         if token is not None:
-            given = request.headers.get("authorization", "").encode()
-            if hmac.compare_digest(given, f"Bearer {token.get_secret_value()}".encode()):
+            holder = self._guard.book.find(token)
+            if holder is not None and "ingest" in holder.scopes:
                 return None
-            if not self._keys:
-                return "missing or wrong bearer token"
+            if holder is not None:
+                raise Refusal(f"the credential {holder.name!r} does not grant ingest", "scope")
+            if not self._keys or "webhook-signature" not in request.headers:
+                raise Refusal("unknown bearer token", "unknown")
         if not self._keys:
-            return None  # unsigned posts: a loopback listener only (see the configuration)
-        msg_id = request.headers.get("webhook-id")
-        stamp = request.headers.get("webhook-timestamp", "")
-        signatures = request.headers.get("webhook-signature", "")
+            if self._open:
+                return None  # unsigned posts: a loopback listener only (see the configuration)
+            raise Refusal("missing credential: an ingest bearer token is required", "missing")
+        return self._signature(request, mode)
+
+    def _signature(self, request: web.Request, mode: str) -> _Signed:
+        headers = request.headers
+        msg_id = headers.get("webhook-id", "")
+        stamp = headers.get("webhook-timestamp", "")
+        signatures = headers.get("webhook-signature", "")
         if not msg_id or not stamp or not signatures:
-            return "unsigned: webhook-id, webhook-timestamp and webhook-signature are required"
-        if not stamp.isdigit() or abs(time.time() - int(stamp)) > self._config.tolerance:
-            return "webhook-timestamp is missing, malformed or too far from now"
-        signed = f"{msg_id}.{stamp}.".encode() + body
-        candidates = [
-            part.removeprefix("v1,").encode()
-            for part in signatures.split()
-            if part.startswith("v1,")
-        ]
-        for key in self._keys:
-            expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest())
-            if any(hmac.compare_digest(expected, candidate) for candidate in candidates):
-                return None
-        return "no signature matches a configured secret"
+            raise Refusal(
+                "unsigned: webhook-id, webhook-timestamp and webhook-signature are required",
+                "missing",
+            )
+        if not _MESSAGE_ID.fullmatch(msg_id):
+            raise Refusal("malformed webhook-id", "malformed")
+        if not _TIMESTAMP.fullmatch(stamp):
+            raise Refusal("malformed webhook-timestamp: expected Unix seconds", "malformed")
+        if abs(time.time() - int(stamp)) > self._config.tolerance:
+            raise Refusal("webhook-timestamp is too far from now", "stale")
+        claimed = _claimed(signatures)
+        versions = [signing.BODY_VERSION]
+        attributes = b""
+        if mode == BINARY:
+            versions = [signing.ATTRIBUTES_VERSION]
+            if self._config.binary_unsigned_attributes:
+                versions.append(signing.BODY_VERSION)
+            attributes = signing.attributes_block(headers.items())
+        claimed = [(version, value) for version, value in claimed if version in versions]
+        if not claimed:
+            if mode == BINARY:
+                raise Refusal(
+                    "binary mode: no v1ce signature, which covers the ce-* attributes "
+                    "(upgrade the sender, or set binary_unsigned_attributes = true)",
+                    "unsigned-attributes",
+                )
+            raise Refusal("no v1 signature in webhook-signature", "malformed")
+        macs = []
+        for version in versions:
+            prefix = signing.signed_prefix(
+                msg_id, stamp, attributes if version == signing.ATTRIBUTES_VERSION else b""
+            )
+            macs += [(signing.hmac_sha256(key, prefix), version) for key in self._keys]
+        return _Signed(macs, claimed)
+
+    def _refuse(self, request: web.Request, refusal: Refusal) -> web.Response:
+        log.warning("POST %s from %s refused: %s", PATH, request.remote, refusal)
+        if refusal.kind == "scope":
+            return _bad(403, str(refusal))
+        self._guard.limiter.failed(request.remote, refusal.kind)
+        return unauthorized(str(refusal))
 
     # -- the request ------------------------------------------------------------------------
 
     @staticmethod
-    def _bodies(request: web.Request, body: bytes) -> list[bytes]:
-        """The structured JSON of each event in the request; `ContractError` if unreadable."""
+    def _mode(request: web.Request) -> str | None:
+        """The CloudEvents content mode of the request's headers, None for none."""
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type == BATCH:
-            return contract.split_batch(body)
-        if content_type == STRUCTURED:
-            return [body]
+        if content_type in (BATCH, STRUCTURED):
+            return content_type
         if "ce-specversion" in request.headers:
-            return [contract.binary_to_structured(request.headers, body)]
-        raise _Unsupported(content_type or "none")
+            return BINARY
+        return None
+
+    @staticmethod
+    def _bodies(request: web.Request, mode: str, body: bytes) -> list[bytes]:
+        """The structured JSON of each event in the request; `ContractError` if unreadable."""
+        if mode == BATCH:
+            return contract.split_batch(body)
+        if mode == STRUCTURED:
+            return [body]
+        return [contract.binary_to_structured(request.headers, body)]
 
     async def handle(self, request: web.Request) -> web.Response:
         self.requests += 1
         ingestor = self._ingestor
         if ingestor is None:
             return _bad(503, "the fleet service is starting or stopping")
+        wait = self._guard.limiter.retry_after(request.remote)
+        if wait is not None:
+            return too_many(wait)
+        limit = self._config.max_body
         length = request.content_length
-        if length is not None and length > self._config.max_body:
+        if length is not None and length > limit:
             ingestor.stats.refused(self.name)
-            return _bad(413, f"body larger than {self._config.max_body} bytes")
-        body: bytes | None
+            return _closing(_bad(413, f"body larger than {limit} bytes"))
+        mode = self._mode(request)
         try:
-            body = await request.read()  # bounded by the application's client_max_size
-        except web.HTTPRequestEntityTooLarge:
-            body = None  # chunked, and longer than any source takes
-        if body is None or len(body) > self._config.max_body:
+            signed = self._credential(request, mode or STRUCTURED)
+        except Refusal as refusal:
+            return self._refuse(request, refusal)
+        if mode is None:
             ingestor.stats.refused(self.name)
-            return _bad(413, f"body larger than {self._config.max_body} bytes")
-        why = self._authentic(request, body)
-        if why is not None:
-            log.warning("POST %s from %s refused: %s", PATH, request.remote, why)
-            return _bad(401, why)
-        try:
-            bodies = self._bodies(request, body)
-        except _Unsupported as exc:
-            ingestor.stats.refused(self.name)
-            return _bad(
-                415, f"content type {exc} is not a CloudEvents structured, batch or binary mode"
+            content_type = request.headers.get("content-type", "none")
+            return _closing(
+                _bad(
+                    415,
+                    f"content type {content_type} is not a CloudEvents structured, batch or "
+                    "binary mode",
+                )
             )
-        except contract.ContractError as exc:
-            return await self._commit(ingestor, [], [(0, Refused(body, str(exc)))])
-        accepted, refused = classify(bodies)
-        return await self._commit(ingestor, accepted, refused)
+        hold = _Hold(self._budget)
+        try:
+            if length is not None and not hold.take(length):
+                return _busy()
+            body = await self._read(request, signed, hold, length is None)
+            if isinstance(body, web.Response):
+                if body.status == 413:
+                    ingestor.stats.refused(self.name)
+                return body
+            try:
+                bodies = self._bodies(request, mode, body)
+            except contract.ContractError as exc:
+                return await self._commit(ingestor, [], [(0, Refused(body, str(exc)))])
+            accepted, refused = classify(bodies)
+            return await self._commit(ingestor, accepted, refused)
+        finally:
+            hold.release()
+
+    async def _read(
+        self, request: web.Request, signed: _Signed | None, hold: _Hold, count_chunks: bool
+    ) -> bytes | web.Response:
+        """The body, read as it streams in: each chunk goes into the signature's HMACs and,
+        without a Content-Length (`count_chunks`), into the bytes in flight; the refusal
+        when it is too large, too slow, over the cap or not signed by a configured secret."""
+        limit, timeout = self._config.max_body, self._config.body_timeout
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(timeout):
+                async for chunk in request.content.iter_chunked(CHUNK):
+                    size += len(chunk)
+                    if size > limit:
+                        return _closing(_bad(413, f"body larger than {limit} bytes"))
+                    if count_chunks and not hold.take(len(chunk)):
+                        return _busy()
+                    if signed is not None:
+                        signed.update(chunk)
+                    chunks.append(chunk)
+        except TimeoutError:
+            log.warning("POST %s from %s: body not in after %ss", PATH, request.remote, timeout)
+            return _closing(_bad(408, f"the body did not arrive within {timeout} s"))
+        if signed is not None and not signed.verified():
+            return self._refuse(
+                request, Refusal("no signature matches a configured secret", "signature")
+            )
+        return b"".join(chunks)
 
     async def _commit(
         self, ingestor: Ingestor, accepted: list[Accepted], refused: list[tuple[int, Refused]]
@@ -180,5 +348,34 @@ class HttpSource:
         return web.json_response(counts)
 
 
-class _Unsupported(Exception):
-    """The request's content type is no CloudEvents HTTP content mode."""
+def _claimed(header: str) -> list[tuple[str, bytes]]:
+    """The `version,base64` signatures of a webhook-signature header; `Refusal` when none is
+    readable (a malformed header is a 401, never a 500)."""
+    found = []
+    for part in header.split()[:MAX_SIGNATURES]:
+        version, _, value = part.partition(",")
+        if not _BASE64.fullmatch(value):
+            continue
+        try:
+            found.append((version, base64.b64decode(value, validate=True)))
+        except (binascii.Error, ValueError):
+            continue
+    if not found:
+        raise Refusal("malformed webhook-signature: expected v1,<base64>", "malformed")
+    return found
+
+
+def _closing(response: web.Response) -> web.Response:
+    """An answer after which the connection closes: the rest of the body is never read."""
+    response.force_close()
+    return response
+
+
+def _busy() -> web.Response:
+    """max_in_flight is reached: the sender retries later (the webhook sink honours it)."""
+    response = web.json_response(
+        {"error": "too many request bodies in flight; retry"},
+        status=503,
+        headers={"Retry-After": "1"},
+    )
+    return _closing(response)
