@@ -166,3 +166,22 @@ async def test_the_webhook_sink_and_the_metadata_watchers_say_which_build_calls(
         if key.lower() == "user-agent"
     }
     assert agents == {user_agent()}
+
+
+def test_the_changelog_has_a_dated_section_with_upgrade_notes_for_this_release() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    sections = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert sections[0] == "Unreleased"  # where the next release's bullets go
+    assert re.fullmatch(rf"{re.escape(RELEASE)} - \d{{4}}-\d{{2}}-\d{{2}}", sections[1])
+    this = text.split(f"## {sections[1]}\n", 1)[1].split("\n## ", 1)[0]
+    assert "### Upgrade notes" in this
+
+
+def test_the_docs_show_the_version_scheme() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    operations = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    for text in (readme, operations):
+        assert re.search(r"\d+\.\d+\.\d+\+g[0-9a-f]{7}", text)
+    assert "## Rolling out" in operations
+    for part in ("### Waves", "### Watching the versions", "### Rollback", "pip-audit"):
+        assert part in operations.split("## Rolling out", 1)[1]
