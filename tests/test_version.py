@@ -20,7 +20,14 @@ import pytest
 from packaging.version import Version
 
 from bridge import contract
-from bridge.infra.buildinfo import RELEASE, build_module, user_agent, version, with_commit
+from bridge.infra.buildinfo import (
+    RELEASE,
+    build_module,
+    git_commit,
+    user_agent,
+    version,
+    with_commit,
+)
 from bridge.surface.about import describe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,10 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def head() -> str | None:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         return None
-    done = subprocess.run(
-        ["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return done.stdout.strip() if done.returncode == 0 else None
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip()[:7] if done.returncode == 0 else None
 
 
 def test_the_release_is_a_semantic_version_and_a_build_adds_a_pep440_local_label() -> None:
@@ -49,6 +54,48 @@ def test_a_checkout_names_its_commit() -> None:
         pytest.skip("not a git checkout (or no git): the plain release is right")
     assert version() == f"{RELEASE}+g{commit}"
     assert user_agent() == f"maintenance-bridge/{RELEASE}+g{commit}"
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_the_commit_is_read_from_every_layout_git_writes(tmp_path: Path) -> None:
+    """Loose and packed refs, a detached HEAD, a linked worktree (a `.git` file), no git:
+    made by the real git, read without it."""
+    if shutil.which("git") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("git is not installed")
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(
+        repo,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.invalid",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "first",
+    )
+    first = _git(repo, "rev-parse", "HEAD")
+    assert git_commit(repo) == first[:7]  # a loose ref
+    _git(repo, "pack-refs", "--all")
+    assert not (repo / ".git" / "refs" / "heads" / "main").exists()
+    assert git_commit(repo) == first[:7]  # packed
+    _git(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "linked"))
+    assert (tmp_path / "linked" / ".git").is_file()
+    assert git_commit(tmp_path / "linked") == first[:7]  # a worktree, detached
+    _git(repo, "checkout", "-q", "--detach")
+    assert git_commit(repo) == first[:7]
+    assert git_commit(tmp_path) is None  # not a checkout
+    (tmp_path / ".git").write_text("not a pointer\n")
+    assert git_commit(tmp_path) is None
 
 
 def test_version_prints_the_build_the_schema_and_the_platform() -> None:

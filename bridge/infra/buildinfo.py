@@ -11,14 +11,15 @@ The commit is found once, when the package is built: setup.py's build step write
 sources, like the container build's, cannot carry a stale one). A package built without git
 (the container build has no `.git`) gets `COMMIT = None` there, or no such module at all,
 and is the plain release. Running from a source checkout (an editable install) there is no
-built module either: then git is asked, once, the first time the version is needed, never
-at import (the start-up benchmark counts every millisecond before the first poll).
+built module either: then the checkout's HEAD is read, once, the first time the version is
+needed, never at import (the start-up benchmark counts every millisecond before the first
+poll).
 """
 
 from __future__ import annotations
 
 import importlib
-import subprocess
+import re
 from functools import cache
 from pathlib import Path
 from typing import Final
@@ -30,25 +31,55 @@ RELEASE: Final = __version__
 NAME: Final = "maintenance-bridge"
 #: The checkout the package runs from, when it does (an editable install).
 _CHECKOUT: Final = Path(__file__).resolve().parents[2]
+_SHA: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def git_commit(checkout: Path) -> str | None:
-    """The abbreviated commit of `checkout`'s HEAD, or None (no git, not a checkout); setup.py
-    asks this at build time, `commit` at run time in a checkout."""
-    if not (checkout / ".git").exists():
-        return None
+    """The abbreviated commit (7 hex digits) of `checkout`'s HEAD, or None when it is not a
+    git checkout or its HEAD cannot be read; setup.py asks this at build time, `commit` at
+    run time in a checkout.
+
+    Read from the files git keeps (`HEAD`, the ref it names, `packed-refs`; a worktree's
+    `.git` file and `commondir` followed) rather than by running git: no git binary needed,
+    and about 0.1 ms instead of the 14 ms of a `git rev-parse` on a sidecar's start-up path.
+    A layout this does not know (the reftable ref store) reads as None: the plain release.
+    """
+    dot = checkout / ".git"
     try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short=7", "HEAD"],
-            cwd=checkout,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
+        if dot.is_file():
+            pointer = dot.read_text(encoding="utf-8").strip()
+            if not pointer.startswith("gitdir:"):
+                return None
+            gitdir = checkout / pointer.removeprefix("gitdir:").strip()
+        elif dot.is_dir():
+            gitdir = dot
+        else:
+            return None
+        head = (gitdir / "HEAD").read_text(encoding="utf-8").strip()
+        common = gitdir
+        if (gitdir / "commondir").is_file():
+            common = gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()
+        found = _resolve(head, gitdir, common)
+    except (OSError, UnicodeDecodeError):
         return None
-    return done.stdout.strip() or None
+    return found[:7] if found and _SHA.fullmatch(found) else None
+
+
+def _resolve(head: str, gitdir: Path, common: Path) -> str | None:
+    """The object name HEAD's text points at: itself when detached, else its ref's."""
+    if not head.startswith("ref:"):
+        return head
+    ref = head.removeprefix("ref:").strip()
+    for base in (gitdir, common):
+        if (base / ref).is_file():
+            return (base / ref).read_text(encoding="utf-8").strip()
+    packed = common / "packed-refs"
+    if packed.is_file():
+        for line in packed.read_text(encoding="utf-8").splitlines():
+            name, _, target = line.partition(" ")
+            if target == ref:
+                return name
+    return None
 
 
 @cache
