@@ -25,7 +25,7 @@ GENERATED = Path("bridge", "_build.py")
 class BuildPy(build_py):
     def run(self) -> None:
         super().run()
-        if self.editable_mode:  # runs from the checkout: bridge.infra.buildinfo asks git itself
+        if self.editable_mode:  # runs from the checkout: bridge.infra.buildinfo reads its HEAD
             return
         target = Path(self.build_lib) / GENERATED
         found = git_commit(HERE)
