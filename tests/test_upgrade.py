@@ -41,7 +41,10 @@ PROVIDERS = ("gce", "azure")
 
 
 def _rows(spool: Path, query: str) -> list[tuple[Any, ...]]:
-    db = sqlite3.connect(f"{spool.resolve().as_uri()}?mode=ro", uri=True)
+    """Rows of a spool opened read-only; a fixture as immutable too, so that reading it
+    leaves no -wal or -shm file beside it."""
+    fixed = "&immutable=1" if spool.is_relative_to(FIXTURES) else ""
+    db = sqlite3.connect(f"{spool.resolve().as_uri()}?mode=ro{fixed}", uri=True)
     try:
         return db.execute(query).fetchall()
     finally:

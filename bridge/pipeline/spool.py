@@ -41,7 +41,6 @@ Guarantees (SQLite in `state.dir`, WAL journal):
   API serves) are kept there too, in the notices' transaction, so a restart knows them.
 - Disk full (or any write failure) raises `SpoolError` with a clear message and rolls the
   transaction back: the events and the checkpoint are either both stored or both not.
-
 - The spool names its format and the release that last opened it (`FORMAT` in SQLite's
   `PRAGMA user_version`, the version in the `meta` table), so a release never misreads
   state it does not know: a spool of a newer format is refused at open with a line naming
