@@ -52,3 +52,29 @@ bench-dashboard: $(BIN)/.installed
 .PHONY: screenshot
 screenshot: $(BIN)/.installed
 	$(BIN)/python -m bench.screenshot
+
+# The software bills of materials of a release (CycloneDX JSON, committed in sbom/): the wheel
+# with its runtime dependencies, and the virtual environment the container build installs,
+# made the way deploy/container/Dockerfile makes it (the same build context, `python -m venv`,
+# `pip install "/src[EXTRAS]"`) in a temporary directory, since no container engine runs here.
+# Check them against the advisories with pip-audit (docs/operations.md, "Rolling out").
+# cyclonedx-py leaves the root component's version out (pyproject's is dynamic): the release.
+export SBOM_STAMP := import json, sys; from bridge import __version__ as v; \
+  path = sys.argv[1]; bom = json.load(open(path)); root = bom["metadata"]["component"]; \
+  root.update(version=v, purl=f"pkg:pypi/maintenance-bridge@{v}"); \
+  open(path, "w").write(json.dumps(bom, indent=2) + "\n")
+.PHONY: sbom
+sbom: $(BIN)/.installed
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; mkdir -p sbom; \
+	$(PYTHON) -m venv --without-pip "$$tmp/wheel"; \
+	$(BIN)/python -m pip --python "$$tmp/wheel/bin/python" install --quiet .; \
+	$(BIN)/cyclonedx-py environment --pyproject pyproject.toml --output-reproducible \
+		-o sbom/maintenance-bridge-wheel.cdx.json "$$tmp/wheel/bin/python"; \
+	mkdir "$$tmp/src"; cp -R pyproject.toml README.md bridge sinks "$$tmp/src/"; \
+	find "$$tmp/src" -name __pycache__ -prune -exec rm -rf {} +; rm -f "$$tmp/src/bridge/_build.py"; \
+	$(PYTHON) -m venv "$$tmp/container"; \
+	"$$tmp/container/bin/pip" install --quiet --no-cache-dir "$$tmp/src$${EXTRAS:+[$$EXTRAS]}"; \
+	$(BIN)/cyclonedx-py environment --pyproject pyproject.toml --output-reproducible \
+		-o sbom/container-venv$${EXTRAS:+-$$EXTRAS}.cdx.json "$$tmp/container/bin/python"; \
+	for file in sbom/*.cdx.json; do $(BIN)/python -c "$$SBOM_STAMP" "$$file"; done; \
+	echo "sbom/: $$(ls sbom | tr '\n' ' ')"

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridge import __version__
 from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
 from bridge.pipeline.spool import SpoolError
+from bridge.surface.about import ShowVersion
 
 if TYPE_CHECKING:
     from bridge.runner import ProviderName
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=ShowVersion)
     parser.add_argument(
         "--log-format",
         choices=["auto", "text", "json"],

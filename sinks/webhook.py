@@ -42,6 +42,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from bridge.infra import tls
 from bridge.infra.backoff import parse_retry_after
+from bridge.infra.buildinfo import user_agent
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from sinks import _webhook_signing as signing
 from sinks.api import (
@@ -64,7 +65,6 @@ log = logging.getLogger("sinks.webhook")
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=utf-8"
 BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json; charset=utf-8"
-USER_AGENT: Final = "maintenance-bridge"
 #: Bytes of a receiver's answer kept (only its status and headers matter to the sink).
 RESPONSE_BODY_KEPT: Final = 64 * 1024
 #: Events per request in `batch` mode.
@@ -273,7 +273,7 @@ class WebhookSink(Sink):
         self._client = Http1Client(
             self._url,
             timeout=config.timeout,
-            user_agent=USER_AGENT,
+            user_agent=user_agent(),
             ssl_context=self.tls.current if self.tls is not None else None,
             proxy=str(config.proxy) if config.proxy is not None else None,
             max_body=RESPONSE_BODY_KEPT,

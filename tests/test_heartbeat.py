@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge import __version__, contract
+from bridge import contract
 from bridge.config import ConfigError, parse_config
+from bridge.infra.buildinfo import RELEASE, version
 from bridge.simulator import Simulator
 from tests.support import running_bridge
 
@@ -26,7 +27,8 @@ async def test_heartbeats_come_at_start_then_every_interval_and_validate(
     assert isinstance(first.data, contract.HeartbeatData)
     assert first.source == run.bridge.instances["gce"].source
     assert first.subject == run.bridge.instances["gce"].name
-    assert (first.data.provider, first.data.agent_version) == ("gce", __version__)
+    assert (first.data.provider, first.data.agent_version) == ("gce", version())
+    assert first.data.agent_version.startswith(RELEASE)  # and names the commit in a checkout
     assert first.data.interval_seconds == 0.2
     assert first.data.watcher_healthy is True
     assert first.data.spool_depth >= 0

@@ -225,9 +225,9 @@ async def test_healthz_and_readyz_explain_themselves_before_the_cloud_is_known()
 
 
 def _version() -> str:
-    from bridge import __version__
+    from bridge.infra.buildinfo import version
 
-    return __version__
+    return version()  # the build's version: the release and its commit
 
 
 async def test_a_disabled_listener_serves_nothing() -> None:

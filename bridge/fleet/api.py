@@ -10,7 +10,8 @@
 - `GET /v1/fleet/eligible?instance=a&instance=b&horizon=3600`: each candidate eligible or
   not and why, `preferred` the first eligible one in the order given; 200 when one is, 503
   when none is (so `curl -f` fails) - see docs/fleet.md for etcd, Consul and Lease recipes.
-- `GET /v1/fleet/summary`: counts by provider, zone, kind, status; instances by state.
+- `GET /v1/fleet/summary`: counts by provider, zone, kind, status; instances by state,
+  provider and sidecar version (`by_version`, to follow a rollout).
 - `GET /v1/fleet/events?instance=&type=&since=&until=&cursor=&limit=`: the audit log as a
   CloudEvents batch (`application/cloudevents-batch+json`), the exact bytes received; the
   next page's cursor is in `Fleet-Next-Cursor` and a `Link: <...>; rel="next"` header.
@@ -34,7 +35,7 @@ import msgspec
 from aiohttp import web
 
 from bridge.contract import from_cloudevent, rfc3339
-from bridge.fleet import metrics, state
+from bridge.fleet import metrics, rollout, state
 from bridge.fleet.config import FleetApi
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Source
@@ -89,12 +90,13 @@ def _start(notice: dict[str, Any]) -> float | None:
 
 
 async def fleet_summary(store: Store) -> dict[str, Any]:
-    """Instances by state and provider, notices in force by provider, zone, kind and status,
-    the store's row counts (`/v1/fleet/summary` and `fleet status`)."""
+    """Instances by state, provider and version, notices in force by provider, zone, kind
+    and status, the store's row counts (`/v1/fleet/summary` and `fleet status`)."""
     now = time.time()
     states: Counter[str] = Counter({"reporting": 0, "silent": 0})
     providers: Counter[str] = Counter()
-    for instance in await store.instances():
+    instances = await store.instances()
+    for instance in instances:
         states[state.instance_state(instance, now)[0]] += 1
         providers[instance["provider"]] += 1
     by: dict[str, Counter[str]] = {k: Counter() for k in ("provider", "zone", "kind", "status")}
@@ -109,7 +111,12 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
         ):
             by[key][value] += count
     return {
-        "instances": {"total": sum(states.values()), **states, "by_provider": dict(providers)},
+        "instances": {
+            "total": sum(states.values()),
+            **states,
+            "by_provider": dict(providers),
+            "by_version": rollout.by_version(instances, now),
+        },
         "notices_in_force": {"total": total, **{f"by_{k}": dict(v) for k, v in by.items()}},
         "store": await store.counts(),
     }

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from bridge import __version__, contract
+from bridge import contract
+from bridge.infra.buildinfo import version
 from bridge.pipeline.model import Instance
 from bridge.pipeline.spool import NewEvent, SpoolError
 
@@ -67,7 +68,7 @@ def heartbeat_event(
         data=contract.HeartbeatData(
             provider=instance.provider.value,
             instance=_instance_data(instance),
-            agent_version=__version__,
+            agent_version=version(),
             interval_seconds=interval,
             started_at=started_at.astimezone(UTC),
             watcher_healthy=watcher_healthy,

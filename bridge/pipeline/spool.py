@@ -41,6 +41,12 @@ Guarantees (SQLite in `state.dir`, WAL journal):
   API serves) are kept there too, in the notices' transaction, so a restart knows them.
 - Disk full (or any write failure) raises `SpoolError` with a clear message and rolls the
   transaction back: the events and the checkpoint are either both stored or both not.
+- The spool names its format and the release that last opened it (`FORMAT` in SQLite's
+  `PRAGMA user_version`, the version in the `meta` table), so a release never misreads
+  state it does not know: a spool of a newer format is refused at open with a line naming
+  the release that wrote it, never changed. Builds before 0.2.0 neither write nor read
+  these (docs/operations.md, "Rolling out"): their spools are format 0, which is format 1
+  without the `meta` table.
 
 All database work runs on one dedicated thread, so the event loop never blocks on fsync;
 the commits' fsyncs run on a second one, so reading the queue never waits for them.
@@ -60,12 +66,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from bridge.infra.buildinfo import newer, version
 from bridge.infra.prometheus import PREFIX, Exposition
 
 T = TypeVar("T")
 log = logging.getLogger("bridge.spool")
 
 DB_NAME: Final = "spool.sqlite3"
+#: The spool's format (SQLite's `PRAGMA user_version`). Raised only by a release whose
+#: spool an older release would misread (a changed table, not a new one: older releases
+#: leave tables they do not know alone); the release that raises it says so in CHANGELOG.md.
+FORMAT: Final = 1
 DEFAULT_MAX_PENDING: Final = 100_000
 SPOOL_FULL: Final = "spool full: more than delivery.max_pending events waiting for this sink"
 _SCHEMA: Final = """
@@ -110,6 +121,11 @@ CREATE TABLE IF NOT EXISTS in_force (
     key   TEXT PRIMARY KEY,
     body  BLOB NOT NULL
 );
+-- written_by: the version of the release that last opened the spool.
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 """
 
 
@@ -131,6 +147,15 @@ def integrity(path: Path) -> str:
     finally:
         db.close()
     return "; ".join(str(row[0]) for row in rows[:5])
+
+
+def written_by(db: sqlite3.Connection) -> str | None:
+    """The version of the release that last opened the spool (None before 0.2.0)."""
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'written_by'").fetchone()
+    except sqlite3.OperationalError:  # no meta table: a spool of a build before 0.2.0
+        return None
+    return str(row[0]) if row else None
 
 
 @dataclass(slots=True)
@@ -267,7 +292,10 @@ class Spool:
             (verdict,) = db.execute("PRAGMA quick_check").fetchone()
             if verdict != "ok":
                 raise sqlite3.DatabaseError(f"quick_check: {verdict}")
-            db.executescript(_SCHEMA)
+            self._claim(db)
+        except SpoolError:
+            db.close()
+            raise
         except (OSError, sqlite3.Error) as exc:
             db.close()
             raise SpoolError(
@@ -277,6 +305,37 @@ class Spool:
                 "the notices it held can be read from the moved file with sqlite3's .recover"
             ) from exc
         self._db = db
+
+    def _claim(self, db: sqlite3.Connection) -> None:
+        """Refuse a spool of a newer format (naming the release that wrote it); else create
+        what is missing and record this release as the last to open it."""
+        (found,) = db.execute("PRAGMA user_version").fetchone()
+        writer = written_by(db)
+        if found > FORMAT:
+            raise SpoolError(
+                f"the spool {self.path} was written by maintenance-bridge {writer or 'unknown'} "
+                f"(spool format {found}); this is {version()}, which reads spool format "
+                f"{FORMAT} at most. Upgrade again to {writer or 'that release'} or newer; nothing "
+                "in the spool was changed"
+            )
+        if writer is not None and newer(writer, version()):
+            log.warning(
+                "the spool %s was last opened by maintenance-bridge %s, newer than this %s; "
+                "its format %d is this release's, so it is used as it is",
+                self.path,
+                writer,
+                version(),
+                found,
+            )
+        db.executescript(_SCHEMA)
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(f"PRAGMA user_version = {FORMAT}")
+        db.execute(
+            "INSERT INTO meta (key, value) VALUES ('written_by', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (version(),),
+        )
+        db.execute("COMMIT")
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()

@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Final
 
-from bridge import __version__
 from bridge.infra import platform
+from bridge.infra.buildinfo import version
 from bridge.infra.prometheus import PREFIX as PREFIX
 from bridge.infra.prometheus import Exposition
 
@@ -57,12 +57,13 @@ async def render(monitor: HealthMonitor) -> str:
     out = Exposition()
     observed = monitor.observed
     providers = observed.providers if observed else ()
+    build = version()
     out.add(
         PREFIX + "info",
         "gauge",
         "Always 1; the labels say which version watches which provider.",
-        [({"version": __version__, "provider": p, "phase": monitor.phase}, 1) for p in providers]
-        or [({"version": __version__, "provider": "", "phase": monitor.phase}, 1)],
+        [({"version": build, "provider": p, "phase": monitor.phase}, 1) for p in providers]
+        or [({"version": build, "provider": "", "phase": monitor.phase}, 1)],
     )
     _process(out)
     if observed is None:

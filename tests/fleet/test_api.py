@@ -126,12 +126,15 @@ async def test_eligible_answers_each_candidate_and_prefers_the_first_safe_one(
 
 async def test_summary_counts_by_provider_zone_kind_status(api: httpx.AsyncClient) -> None:
     body = await get(api, "/v1/fleet/summary")
-    assert body["instances"] | {"by_provider": None} == {
+    assert body["instances"] | {"by_provider": None, "by_version": None} == {
         "total": 5,
         "reporting": 4,
         "silent": 1,
         "by_provider": None,
+        "by_version": None,
     }
+    versions = body["instances"]["by_version"].values()  # tests/fleet/test_rollout.py
+    assert sum(row["total"] for row in versions) == 5
     notices = body["notices_in_force"]
     assert notices["total"] == 4
     assert notices["by_provider"] == {"azure": 2, "gce": 2}

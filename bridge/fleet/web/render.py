@@ -354,6 +354,25 @@ def dashboard(
     )
 
 
+def versions_table(counts: Mapping[str, Mapping[str, int]]) -> str:
+    """Instances per sidecar version (`bridge.fleet.rollout`): a rollout's progress."""
+    if not counts:
+        return ""
+    rows = "".join(
+        f'<tr><th scope="row"><code>{escape(version)}</code></th><td>{row["reporting"]}</td>'
+        f"<td{' class=alert' if row['silent'] else ''}>{row['silent']}</td>"
+        f"<td>{row['total']}</td></tr>"
+        for version, row in counts.items()
+    )
+    return (
+        '<section aria-labelledby="h-versions"><h2 id="h-versions">Versions</h2>'
+        '<div class="scroll"><table id="versions"><caption>Instances per sidecar version'
+        '</caption><thead><tr><th scope="col">Version</th><th scope="col">Reporting</th>'
+        '<th scope="col">Silent</th><th scope="col">Total</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table></div></section>"
+    )
+
+
 # -- one instance ---------------------------------------------------------------------------
 
 

@@ -27,7 +27,7 @@ import msgspec
 from aiohttp import web
 
 from bridge import contract
-from bridge.fleet import state
+from bridge.fleet import rollout, state
 from bridge.fleet.api import BadQuery
 from bridge.fleet.store import EventQuery, NoticeFilter, Store
 from bridge.fleet.web import render, views
@@ -135,6 +135,9 @@ class DashboardRoutes:
         bars = (await self._timeline(now, filters.zoom)).select(every, filters, now)
         head = views.headline(views.instances_of(instances, filters), shown, now)
         body = render.dashboard(head, shown, day, week, bars, filters, now)
+        body += render.versions_table(
+            rollout.by_version(views.instances_of(instances, filters), now)
+        )
         form = render.filters_form(filters, await self._options(instances))
         text = render.page("Maintenance fleet", body, now, await self._version(now), form)
         return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})

@@ -20,6 +20,7 @@ from typing import Any, Final
 from tenacity import RetryCallState, retry_if_exception_type
 
 from bridge.infra.backoff import forever, parse_retry_after, retry_logger
+from bridge.infra.buildinfo import user_agent
 from bridge.infra.findings import Finding
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.infra.prometheus import Histogram
@@ -29,7 +30,6 @@ log = logging.getLogger("bridge.metadata")
 
 #: The largest answer read from a metadata service; a longer one is refused, not cut short.
 MAX_ANSWER = 1024 * 1024
-USER_AGENT = "maintenance-bridge"
 
 
 class MetadataError(Exception):
@@ -107,7 +107,7 @@ class MetadataClient:
         self._client = Http1Client(
             base_url,
             timeout=timeout,
-            user_agent=USER_AGENT,
+            user_agent=user_agent(),
             headers=request_headers,
             max_body=MAX_ANSWER,
         )
@@ -295,7 +295,7 @@ async def probe_once(
 
     `what` names the service in the reason ("GCE metadata server at <url>: ...").
     """
-    client = Http1Client(url, timeout=timeout, user_agent=USER_AGENT, headers=headers)
+    client = Http1Client(url, timeout=timeout, user_agent=user_agent(), headers=headers)
     try:
         return await client.request("GET", path, params=params), ""
     except TransportError as exc:

@@ -218,10 +218,10 @@ async def probe(url: str, timeout: float) -> str | None:
     IMDSv2 first (a token PUT, then the identity document with it), as the watcher reads it;
     a PUT that times out is named, since on EC2 it is the hop-limit symptom.
     """
+    from bridge.infra.buildinfo import user_agent
     from bridge.infra.http1 import Http1Client, TransportError
-    from bridge.pipeline.watchers.http import USER_AGENT
 
-    client = Http1Client(url, timeout=timeout, user_agent=USER_AGENT)
+    client = Http1Client(url, timeout=timeout, user_agent=user_agent())
     try:
         try:
             put = await client.request("PUT", TOKEN_PATH, headers={TTL_HEADER: "60"})

@@ -1,0 +1,34 @@
+"""Which builds the fleet runs: instances per sidecar version, to follow a rollout.
+
+Each sidecar's heartbeat names its build (`agent_version`, `0.2.0+g1a2b3c4`; see
+`bridge.infra.buildinfo`), and the store keeps the latest one per instance. During a wave the
+old version's count falls and the new one's rises; a new version whose instances turn
+`silent` is a rollout to stop. An instance that never sent a heartbeat (a build older than
+heartbeats, or heartbeats off) is counted under `unknown`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from bridge.fleet.state import instance_state
+from bridge.infra.buildinfo import release_of
+
+UNKNOWN: Final = "unknown"
+
+
+def by_version(instances: Iterable[Mapping[str, Any]], now: float) -> dict[str, dict[str, int]]:
+    """`{version: {"total", "reporting", "silent"}}`, the newest release first (builds of
+    one release by name), `unknown` last."""
+    counts: dict[str, dict[str, int]] = {}
+    for instance in instances:
+        version = instance.get("agent_version") or UNKNOWN
+        row = counts.setdefault(version, {"total": 0, "reporting": 0, "silent": 0})
+        row["total"] += 1
+        row[instance_state(instance, now)[0]] += 1
+
+    def order(version: str) -> tuple[bool, tuple[int, ...], str]:
+        return (version == UNKNOWN, tuple(-n for n in release_of(version)), version)
+
+    return {version: counts[version] for version in sorted(counts, key=order)}
