@@ -93,8 +93,12 @@ class WindowData(_Data, frozen=True, kw_only=True):
     latest_start: Timestamp | None
 
 
-class MaintenanceData(_Data, frozen=True, kw_only=True):
-    """`$defs/maintenance`: the data of the four maintenance types (one notice, one state)."""
+class MaintenanceData(_Data, frozen=True, kw_only=True, omit_defaults=True):
+    """`$defs/maintenance`: the data of the four maintenance types (one notice, one state).
+
+    `outcome_inferred` came later (additively): written only when true, so every event
+    written before it still reads, and writes back, byte for byte the same.
+    """
 
     provider: ProviderName
     instance: InstanceData
@@ -110,6 +114,7 @@ class MaintenanceData(_Data, frozen=True, kw_only=True):
     description: str | None
     can_reschedule: bool | None
     raw: Any
+    outcome_inferred: bool = False
 
 
 class TriggerData(_Data, frozen=True, kw_only=True):

@@ -239,15 +239,33 @@ def test_a_listener_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert "listener.enabled = false" in result.stderr
 
 
-def test_demo_plays_the_scenario_and_prints_valid_events() -> None:
-    result = bridge("demo", "--speed", "8", timeout=120)
+#: The demo scenario's user-initiated Azure Reboot (bridge/simulator/scenarios/demo.toml).
+DEMO_USER_REBOOT = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7"
+
+
+def test_demo_at_speed_10_reports_all_15_notices_and_the_user_reboot_completed() -> None:
+    """Each transition of the scenario, once: the Azure polls keep up with the faster clock
+    (a 5 s `Started` lasts 0.5 s at --speed 10), and the user's Reboot ran, not cancelled."""
+    result = bridge("demo", "--speed", "10", timeout=120)
     assert result.returncode == 0, result.stderr
     events = [assert_valid(json.loads(line)) for line in result.stdout.splitlines()]
     providers = {e["data"]["provider"] for e in events}
     assert providers == {"gce", "azure", "aws"}
-    assert len(events) >= 6
     assert len({e["id"] for e in events}) == len(events)  # nothing doubled
+    notices = [e for e in events if e["type"].startswith("io.maintenancebridge.maintenance.")]
+    assert len(notices) == 15, [(e["type"], e["data"]["notice_id"]) for e in notices]
+    assert "scenario over: 15 notice(s) delivered" in result.stderr
+    reboot = [e["data"]["status"] for e in notices if e["data"]["notice_id"] == DEMO_USER_REBOOT]
+    assert reboot == ["scheduled", "started", "completed"]
     assert "while it plays: curl http://127.0.0.1:" in result.stderr  # the status API is served
+
+
+@pytest.mark.parametrize("speed", ["0", "-1", "fast", "inf"])
+def test_demo_refuses_a_speed_that_is_not_above_zero(speed: str) -> None:
+    result = bridge("demo", "--speed", speed)
+    assert result.returncode == 2
+    assert "argument --speed:" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 async def test_spool_list_replay_purge(tmp_path: Path) -> None:
