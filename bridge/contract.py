@@ -369,6 +369,21 @@ def to_dict(event: Event) -> dict[str, Any]:
     }
 
 
+def zone_of(zone: str | None, location: str | None) -> str | None:
+    """A VM's zone named so that it is unique across clouds and regions.
+
+    GCE and AWS zones name their region already (`europe-west1-b`, `us-east-1a`); an Azure
+    zone is `1`, `2` or `3` within the VM's region (`data.instance.zone` keeps it as IMDS
+    reported it), so zone 2 of two regions would be one zone. It becomes `<location>-<zone>`
+    (`eastus-2`), as Kubernetes labels Azure nodes, and a VM without a zone is named by its
+    region. The fleet files VMs under this name, and the budget's `group = "zone"` uses it
+    with `zone_naming = "fleet"`: one function, so the two cannot disagree.
+    """
+    if zone and location and zone.isdigit():
+        return f"{location}-{zone}"
+    return zone or location
+
+
 def rfc3339(value: datetime) -> str:
     """UTC RFC 3339 with a `Z`, as every timestamp of the contract."""
     text: str = msgspec.to_builtins(value.astimezone(UTC))
