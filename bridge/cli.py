@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge import __version__
 from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
+from bridge.infra import stdout
 from bridge.pipeline.spool import SpoolError
 
 if TYPE_CHECKING:
@@ -427,11 +428,17 @@ async def _demo(args: argparse.Namespace) -> int:
                     "listener": {"port": 0},  # a free port: never clashes with a real bridge
                 }
             )
-            sink = StdoutSink("stdout", pretty=args.pretty)
+            stop = asyncio.Event()
+            closed = asyncio.Event()
+
+            def output_closed() -> None:  # `demo | head`: nobody reads what comes next
+                closed.set()
+                stop.set()
+
+            sink = StdoutSink("stdout", pretty=args.pretty, on_closed=output_closed)
             bridge = compose(config, providers.names(), [sink])
             monitor = HealthMonitor()
             monitor.attach(bridge)
-            stop = asyncio.Event()
             _install_signal_handlers(stop)
             log.info(
                 "simulator at %s, playing scenario %r at speed %g (Ctrl-C to stop)",
@@ -454,7 +461,7 @@ async def _demo(args: argparse.Namespace) -> int:
                     log.info("scenario over: %d notice(s) delivered", bridge.notices_seen)
                     stop.set()
                 await runner
-    return EXIT_OK
+    return stdout.EXIT_OUTPUT_CLOSED if closed.is_set() else EXIT_OK
 
 
 async def _doctor(args: argparse.Namespace, config: Config, source: Path | None) -> int:
@@ -511,15 +518,6 @@ async def _spool(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
-def _utf8_stdout() -> None:
-    """JSON lines and tables in UTF-8 wherever stdout goes: redirected on Windows it would
-    be the ANSI code page, which cannot encode every character (and `doctor` prints a →)."""
-    encoding = (getattr(sys.stdout, "encoding", None) or "utf-8").lower().replace("-", "")
-    reconfigure = getattr(sys.stdout, "reconfigure", None)
-    if encoding != "utf8" and reconfigure is not None:
-        reconfigure(encoding="utf-8")
-
-
 async def _elect(args: argparse.Namespace, config: Config) -> int:
     from bridge.actions.coordination import elect
 
@@ -527,12 +525,18 @@ async def _elect(args: argparse.Namespace, config: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: every command, the fleet's too, ends quietly when the reader of
+    its output goes away (`... | head -1`), see `bridge.infra.stdout`."""
+    return stdout.exits_quietly_when_output_closes(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from bridge.infra import logs
 
     logs.setup(args.log_format, args.verbose)
-    _utf8_stdout()
+    stdout.utf8_stdout()
     command: str = args.command
     try:
         if command == "schema":
