@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from bridge.fleet.sqlite_store import SqliteStore
 from bridge.infra.stdout import EXIT_OUTPUT_CLOSED
-from tests.fleet.test_cli import _fill, fleet_config
+from bridge.pipeline.model import Status
+from tests.fleet.factories import T0, azure_vm, batch, heartbeat, transition
 from tests.test_cli import ROOT, write_config
 
 pytestmark = pytest.mark.posix  # a pipe without a reader is a POSIX notion of the test
@@ -69,8 +71,16 @@ def test_validate_config_and_spool_list(tmp_path: Path) -> None:
 
 
 async def test_fleet_status_and_export(tmp_path: Path) -> None:
-    await _fill(tmp_path)  # an existing store with events: status and export have output
-    config = str(fleet_config(tmp_path))
+    store = SqliteStore(tmp_path / "fleet.db")  # events in it: status and export have output
+    await store.open()
+    vm = azure_vm("db-1")
+    await store.ingest(batch(heartbeat(vm, T0), transition(vm, "ev-1", Status.SCHEDULED, T0)))
+    await store.close()
+    config = str(
+        write_config(
+            tmp_path / "fleet.toml", f'[fleet.store]\nurl = "sqlite://{tmp_path}/fleet.db"\n'
+        )
+    )
     assert_quiet(*closed_output("fleet", "status", "--config", config)[:2])
     assert_quiet(*closed_output("fleet", "export", "--config", config)[:2])
     assert_quiet(*closed_output("fleet", "export", "--config", config, "--format", "csv")[:2])
