@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -10,11 +11,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from bridge.cli import build_parser
 from bridge.pipeline.events import schema
 from bridge.simulator import Simulator, SimulatorThread
 from tests.support import assert_valid, free_port
@@ -47,6 +50,35 @@ def test_version_and_help() -> None:
         assert command in help_text
 
 
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _commands(sub, (*path, name))
+
+
+def test_every_command_says_what_it_does_in_its_help() -> None:
+    commands = dict(_commands(build_parser()))
+    assert {("run",), ("once",), ("schema",), ("spool", "list"), ("fleet", "status")} <= set(
+        commands
+    )
+    assert [" ".join(path) for path, sub in commands.items() if not sub.description] == []
+    for path, start in (
+        (("run",), "The sidecar: detect the cloud"),
+        (("once",), "Detect the cloud, read its metadata service once"),
+        (("schema",), "Print the JSON Schema"),
+        (("spool",), "The spool is the bridge's outbox"),
+        (("spool", "replay"), "Move dead letters back"),
+        (("fleet", "status"), "Print the fleet summary as tables"),
+    ):
+        shown = bridge(*path, "--help")
+        assert shown.returncode == 0, shown.stderr
+        assert start in " ".join(shown.stdout.split()), path
+
+
 def test_schema_prints_the_shipped_schema() -> None:
     result = bridge("schema")
     assert result.returncode == 0
@@ -72,6 +104,20 @@ type = "webhook"
         assert "source.provider" in result.stderr
         assert "source.azure.pol_interval: unknown key" in result.stderr
         assert "sinks[0].url: required" in result.stderr
+
+
+def test_a_mistyped_key_or_sink_type_gets_a_did_you_mean(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "typo.toml",
+        '[delivery]\nshutdown_timout = 3\n[[sinks]]\ntype = "webhok"\n',
+    )
+    result = bridge("validate-config", str(config))
+    assert result.returncode == 2, result.stderr
+    assert "delivery.shutdown_timout: unknown key; did you mean 'shutdown_timeout'?" in (
+        result.stderr
+    )
+    assert "unknown sink type 'webhok'; did you mean 'webhook'?" in result.stderr
+    assert "memory" not in result.stderr
 
 
 def test_unreadable_or_invalid_toml_exits_2(tmp_path: Path) -> None:

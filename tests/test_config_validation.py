@@ -40,17 +40,53 @@ def test_independent_mistakes_are_all_listed_with_their_key_paths() -> None:
         "sinks": [{"type": "webhook"}, {"type": "stdout", "pretty": "yes"}],
     }
     assert problems(raw) == [
-        "source.azure.pol_interval: unknown key",
+        "source.azure.pol_interval: unknown key; did you mean 'poll_interval'?",
         "source.azure.poll_interval: must be >= 0.2",
         "source.provider: must be one of 'auto', 'gce', 'azure', 'aws'",
         "state.dir: must be a string (a path)",
         "delivery.retry_initial: must be > 0",
         "delivery.max_pending: must be >= 1",
         "listener.port: must be an integer, not a string",
-        "sources: unknown key",
+        "sources: unknown key; did you mean 'source'?",
         "sinks[0].url: required",
         "sinks[1].pretty: must be true or false, not a string",
     ]
+
+
+def test_an_unknown_key_gets_the_closest_known_one_of_its_table() -> None:
+    assert problems(
+        {
+            "sourse": {},
+            "delivery": {"shutdown_timout": 3},
+            "coordination": {"endpoints": ["http://etcd:2379"], "zone_name": "fleet"},
+            "sinks": [{"type": "webhook", "url": "https://h.example/", "Headers": {}}],
+            "listener": {"colour": "red"},
+        }
+    ) == [
+        "delivery.shutdown_timout: unknown key; did you mean 'shutdown_timeout'?",
+        "listener.colour: unknown key",  # nothing close: no guess
+        "sourse: unknown key; did you mean 'source'?",
+        "coordination.zone_name: unknown key; did you mean 'zone_naming'?",
+        "sinks[0].Headers: unknown key; did you mean 'headers'?",
+    ]
+
+
+def test_sink_types_offered_are_the_ones_a_user_may_configure() -> None:
+    assert "memory" not in registry.known_types()  # the tests' fake, not a product sink
+    assert {"stdout", "file", "webhook", "pubsub", "eventhubs", "kafka"} <= set(
+        registry.known_types()
+    )
+    assert problems({"sinks": [{"type": "webhok"}, {"name": "x"}]}) == [
+        "sinks[0].type: unknown sink type 'webhok'; did you mean 'webhook'? "
+        "(known: eventhubs, file, kafka, pubsub, stdout, webhook)",
+        "sinks[1].type: required (one of: eventhubs, file, kafka, pubsub, stdout, webhook)",
+    ]
+    assert problems({"sinks": [{"type": "memroy"}]}) == [
+        "sinks[0].type: unknown sink type 'memroy' "
+        "(known: eventhubs, file, kafka, pubsub, stdout, webhook)"
+    ]
+    # Internal, not forbidden: embedding code and the tests still configure it.
+    assert parse_config({"sinks": [{"type": "memory"}]}).sink_names() == ["memory"]
 
 
 def test_tables_and_arrays_of_the_wrong_shape() -> None:
