@@ -538,11 +538,12 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 async def _doctor(args: argparse.Namespace, config: Config, source: Path | None) -> int:
-    from bridge.surface.doctor import Doctor, render
+    from bridge.surface.doctor import Doctor, logs_kept_for_the_report, render
 
     doctor = Doctor(config, source, args.timeout)
-    findings = await doctor.run(send_test_event=args.send_test_event)
-    sys.stdout.write(render(findings))
+    with logs_kept_for_the_report(keep=not args.verbose) as logged:
+        findings = await doctor.run(send_test_event=args.send_test_event)
+    sys.stdout.write(render(findings, logged))
     return EXIT_FAILURE if any(f.verdict == "fail" for f in findings) else EXIT_OK
 
 
