@@ -4,7 +4,9 @@ secrets resolved at load time and never shown; URLs checked; environment overrid
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
+import tomllib
 import types
 from pathlib import Path
 from typing import Any
@@ -248,3 +250,20 @@ def test_the_documented_sink_plugin_works(monkeypatch: pytest.MonkeyPatch) -> No
     sink = registry.create(config, "audit")
     assert asyncio.run(sink.publish(sample_events(2))) == Ok()
     assert len(sink.sent) == 2  # type: ignore[attr-defined]
+
+
+def test_the_readme_configuration_example_is_valid_and_names_every_cloud_and_sink(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    example = re.findall(r"```toml\n(.*?)```", section, re.S)[0]
+    monkeypatch.setenv("KAFKA_PASSWORD", "example")
+    config = parse_config(tomllib.loads(example))
+    for provider in ("gce", "azure", "aws"):
+        assert f"[source.{provider}]" in example
+    assert "gce | azure | aws | auto" in example
+    offered = re.search(r'type = "webhook" +# (.*)\n', example)
+    assert offered is not None
+    assert set(offered[1].split(" | ")) == set(registry.known_types())
+    assert {sink.type for sink in config.sinks} == {"webhook", "kafka"}
