@@ -237,7 +237,7 @@ async def test_the_listener_port_held_by_a_bridge_is_said_to_be_a_bridge(
     found = line(output, "listener")
     assert " ok " in found
     assert f"127.0.0.1:{port}: a bridge is already running here (HTTP 200" in found
-    assert f"pid {os.getpid()} (" in found  # this test process: root sees every socket
+    assert f"pid {os.getpid()} (" in found  # this test process: a user sees its own sockets
 
 
 async def test_the_listener_port_held_by_another_program_names_that_program(
