@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
+from bridge.infra import stdout
 from bridge.pipeline.spool import SpoolError
 from bridge.surface.about import ShowVersion
 
@@ -49,6 +50,17 @@ def _add_config_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _speed(text: str) -> float:
+    """`--speed`: a factor above zero (the scenario's clock runs this many times faster)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be above 0 (1 is real time)")
+    return value
+
+
 def _add_fleet_parser(commands: Any) -> None:
     """`fleet [serve|status|export]` (run by bridge/fleet/cli.py, imported only then)."""
     fleet = commands.add_parser(
@@ -64,10 +76,28 @@ def _add_fleet_parser(commands: Any) -> None:
         "--config", "-c", type=Path, default=None, help="TOML file with the [fleet] tables"
     )
     actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
-    actions.add_parser("serve", help="run the fleet service (the default)")
-    actions.add_parser("status", help="print the fleet summary as tables")
+    actions.add_parser(
+        "serve",
+        help="run the fleet service (the default)",
+        description="Run the fleet service until SIGTERM or Ctrl-C: ingest the sidecars' "
+        "events from the configured sources, keep the fleet state in the store and serve the "
+        "API, the dashboard at /, /metrics, /healthz and /readyz (127.0.0.1 unless "
+        "[fleet.listener] says otherwise). See docs/fleet.md.",
+    )
+    actions.add_parser(
+        "status",
+        help="print the fleet summary as tables",
+        description="Print the fleet summary as tables: instances (reporting, silent, by "
+        "provider), the notices in force by provider, zone, kind and status, and the store's "
+        "row counts. Reads the store named by [fleet.store] url directly, so it works whether "
+        "or not the service runs (GET /v1/fleet/summary gives the same as JSON).",
+    )
     export = actions.add_parser(
-        "export", help="write the audit log (every event as received) for auditors"
+        "export",
+        help="write the audit log (every event as received) for auditors",
+        description="Write the fleet's audit log to stdout: every event as it was received "
+        "(with when and how it came in), oldest first, as JSON lines or CSV, optionally only "
+        "a time range, one instance or one event type. Reads the store directly.",
     )
     export.add_argument("--since", help="event time from (RFC 3339 or Unix seconds)")
     export.add_argument("--until", help="event time before (RFC 3339 or Unix seconds)")
@@ -103,11 +133,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    run = commands.add_parser("run", help="watch for notices and deliver them (the sidecar)")
+    run = commands.add_parser(
+        "run",
+        help="watch for notices and deliver them (the sidecar)",
+        description="The sidecar: detect the cloud, watch its metadata service for maintenance "
+        "notices, spool each change as a CloudEvent and deliver it to every configured sink "
+        "(stdout without one), run the configured hooks and approvals, and serve /healthz, "
+        "/readyz, /metrics and the status API on the listener (127.0.0.1:9787 by default). "
+        "Runs until SIGTERM or Ctrl-C, delivering what is in flight first; after a restart it "
+        "resumes from its state directory, announcing nothing twice.",
+    )
     _add_config_arg(run)
 
     once = commands.add_parser(
-        "once", help="print the notices in force right now as CloudEvents (JSON lines), exit"
+        "once",
+        help="print the notices in force right now as CloudEvents (JSON lines), exit",
+        description="Detect the cloud, read its metadata service once and print the notices "
+        "in force right now as CloudEvents, one JSON line each (nothing when there is none). "
+        "Nothing is spooled, delivered or acted on; the sinks and hooks of the configuration "
+        "are not used. Exit status 1 when no cloud is detected.",
     )
     _add_config_arg(once)
 
@@ -121,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--scenario", default="demo", help="scenario name or file (default: demo)")
     demo.add_argument(
         "--speed",
-        type=float,
+        type=_speed,
         default=1.0,
         help="play the scenario this many times faster (default: 1)",
     )
@@ -133,7 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
         "fleet service over HTTP, and print where to look",
     )
 
-    commands.add_parser("schema", help="print the JSON Schema of the events (version 1)")
+    commands.add_parser(
+        "schema",
+        help="print the JSON Schema of the events (version 1)",
+        description="Print the JSON Schema (draft 2020-12) of every event the bridge emits, "
+        "schema version 1: the file schemas/maintenance-event.v1.json, shipped in the package. "
+        "Version 1 only grows additively; consumers ignore fields they do not know.",
+    )
     _add_fleet_parser(commands)
 
     doctor = commands.add_parser(
@@ -157,7 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also publish one io.maintenancebridge.test event to each sink (not spooled)",
     )
 
-    validate = commands.add_parser("validate-config", help="check a configuration file")
+    validate = commands.add_parser(
+        "validate-config",
+        help="check a configuration file",
+        description="Read a configuration file as `run` would (with the environment's "
+        "MAINTENANCE_BRIDGE__* overrides and its env:/file: secrets resolved), list every "
+        "mistake by its key path, and print a one-line summary when it is valid. Exit "
+        "status 2 when it is not. Contacts nothing.",
+    )
     validate.add_argument(
         "path", type=Path, nargs="?", default=None, help=f"file to check (default: ${CONFIG_ENV})"
     )
@@ -185,14 +242,37 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_arg(elect)
     elect_cli.add_arguments(elect)
 
-    spool = commands.add_parser("spool", help="inspect the spool: dead letters, replay, purge")
+    spool = commands.add_parser(
+        "spool",
+        help="inspect the spool: dead letters, replay, purge",
+        description="The spool is the bridge's outbox (spool.sqlite3 in [state] dir): every "
+        "event waits there until each sink has it; an event a sink refused for good is a dead "
+        "letter. These commands work beside a running bridge and need only the sinks' names "
+        "from the configuration (not their secrets).",
+    )
     spool_commands = spool.add_subparsers(dest="spool_command", metavar="ACTION", required=True)
-    for action, text in (
-        ("list", "show the queue depth per sink and every dead-lettered event"),
-        ("replay", "put dead-lettered events back in their sink's queue"),
-        ("purge", "delete dead-lettered events for good"),
+    for action, text, more in (
+        (
+            "list",
+            "show the queue depth per sink and every dead-lettered event",
+            "Print each sink's pending events (and the oldest one's age), then every dead "
+            "letter with its sequence number, sink, event id and type, attempts and reason.",
+        ),
+        (
+            "replay",
+            "put dead-lettered events back in their sink's queue",
+            "Move dead letters back into their sink's queue (all, or those of --sink / --seq): "
+            "a running bridge sends them within seconds, a stopped one when it starts. "
+            "They keep their ids, so a consumer can still de-duplicate.",
+        ),
+        (
+            "purge",
+            "delete dead-lettered events for good",
+            "Delete dead letters (all, or those of --sink / --seq) for good. "
+            "Run `spool list` first: a purged event is never delivered.",
+        ),
     ):
-        sub = spool_commands.add_parser(action, help=text)
+        sub = spool_commands.add_parser(action, help=text, description=more)
         _add_config_arg(sub)
         sub.add_argument("--sink", help="only this sink")
         if action != "list":
@@ -215,7 +295,12 @@ def _add_service_parser(commands: Any) -> None:
         "remove it. Run as Administrator. On Linux use deploy/systemd instead.",
     )
     actions = service.add_subparsers(dest="service_command", metavar="ACTION", required=True)
-    install = actions.add_parser("install", help="register the service (automatic start)")
+    install = actions.add_parser(
+        "install",
+        help="register the service (automatic start)",
+        description="Register maintenance-bridge as a Windows service that starts "
+        "automatically and is restarted after a failure, reading --config.",
+    )
     install.add_argument(
         "--config",
         "-c",
@@ -235,7 +320,7 @@ def _add_service_parser(commands: Any) -> None:
         ("stop", "stop the service (it delivers what is in flight first)"),
         ("status", "print the service's state; exit status 3 unless it is running"),
     ):
-        actions.add_parser(action, help=text)
+        actions.add_parser(action, help=text, description=f"Windows: {text}.")
 
 
 def _service(args: argparse.Namespace) -> int:
@@ -395,6 +480,10 @@ async def _demo(args: argparse.Namespace) -> int:
     from bridge.surface.routes import serving
     from sinks.stdout import StdoutSink
 
+    # Azure's advice is a poll a second; under --speed the scenario's seconds pass faster, so
+    # the demo polls as often in scenario time (a `Started` of 5 s lasts 0.5 s at --speed 10),
+    # within the simulated IMDS's rate limit of 5 requests a second.
+    azure_poll = max(1.0 / args.speed, 0.25)
     async with Simulator(provider="all", scenario=args.scenario, speed=args.speed) as sim:
         with (
             tempfile.TemporaryDirectory(prefix="maintenance-bridge-demo-") as state_dir,
@@ -404,7 +493,7 @@ async def _demo(args: argparse.Namespace) -> int:
                 {
                     "source": {
                         "gce": {"metadata_url": sim.gce_url, "long_poll_timeout": 30},
-                        "azure": {"imds_url": sim.azure_url, "poll_interval": 1.0},
+                        "azure": {"imds_url": sim.azure_url, "poll_interval": azure_poll},
                         "aws": {"imds_url": sim.aws_url, "maintenance_poll_interval": 1.0},
                     },
                     "state": {"dir": state_dir},
@@ -412,11 +501,17 @@ async def _demo(args: argparse.Namespace) -> int:
                     "listener": {"port": 0},  # a free port: never clashes with a real bridge
                 }
             )
-            sink = StdoutSink("stdout", pretty=args.pretty)
+            stop = asyncio.Event()
+            closed = asyncio.Event()
+
+            def output_closed() -> None:  # `demo | head`: nobody reads what comes next
+                closed.set()
+                stop.set()
+
+            sink = StdoutSink("stdout", pretty=args.pretty, on_closed=output_closed)
             bridge = compose(config, providers.names(), [sink])
             monitor = HealthMonitor()
             monitor.attach(bridge)
-            stop = asyncio.Event()
             _install_signal_handlers(stop)
             log.info(
                 "simulator at %s, playing scenario %r at speed %g (Ctrl-C to stop)",
@@ -439,15 +534,16 @@ async def _demo(args: argparse.Namespace) -> int:
                     log.info("scenario over: %d notice(s) delivered", bridge.notices_seen)
                     stop.set()
                 await runner
-    return EXIT_OK
+    return stdout.EXIT_OUTPUT_CLOSED if closed.is_set() else EXIT_OK
 
 
 async def _doctor(args: argparse.Namespace, config: Config, source: Path | None) -> int:
-    from bridge.surface.doctor import Doctor, render
+    from bridge.surface.doctor import Doctor, logs_kept_for_the_report, render
 
     doctor = Doctor(config, source, args.timeout)
-    findings = await doctor.run(send_test_event=args.send_test_event)
-    sys.stdout.write(render(findings))
+    with logs_kept_for_the_report(keep=not args.verbose) as logged:
+        findings = await doctor.run(send_test_event=args.send_test_event)
+    sys.stdout.write(render(findings, logged))
     return EXIT_FAILURE if any(f.verdict == "fail" for f in findings) else EXIT_OK
 
 
@@ -496,15 +592,6 @@ async def _spool(args: argparse.Namespace, config: Config) -> int:
     return EXIT_OK
 
 
-def _utf8_stdout() -> None:
-    """JSON lines and tables in UTF-8 wherever stdout goes: redirected on Windows it would
-    be the ANSI code page, which cannot encode every character (and `doctor` prints a →)."""
-    encoding = (getattr(sys.stdout, "encoding", None) or "utf-8").lower().replace("-", "")
-    reconfigure = getattr(sys.stdout, "reconfigure", None)
-    if encoding != "utf8" and reconfigure is not None:
-        reconfigure(encoding="utf-8")
-
-
 async def _elect(args: argparse.Namespace, config: Config) -> int:
     from bridge.actions.coordination import elect
 
@@ -512,12 +599,18 @@ async def _elect(args: argparse.Namespace, config: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: every command, the fleet's too, ends quietly when the reader of
+    its output goes away (`... | head -1`), see `bridge.infra.stdout`."""
+    return stdout.exits_quietly_when_output_closes(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from bridge.infra import logs
 
     logs.setup(args.log_format, args.verbose)
-    _utf8_stdout()
+    stdout.utf8_stdout()
     command: str = args.command
     try:
         if command == "schema":

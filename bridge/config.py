@@ -301,7 +301,8 @@ def parse_config(raw: Mapping[str, Any], source: str = "configuration") -> Confi
             continue
         sink_type = entry.get("type")
         if not isinstance(sink_type, str):
-            problems.append(f"{render_path(at)}.type: required (one of {registry.known_types()})")
+            known = ", ".join(registry.known_types())
+            problems.append(f"{render_path(at)}.type: required (one of: {known})")
             continue
         try:
             model = registry.config_model(sink_type)

@@ -93,8 +93,12 @@ class WindowData(_Data, frozen=True, kw_only=True):
     latest_start: Timestamp | None
 
 
-class MaintenanceData(_Data, frozen=True, kw_only=True):
-    """`$defs/maintenance`: the data of the four maintenance types (one notice, one state)."""
+class MaintenanceData(_Data, frozen=True, kw_only=True, omit_defaults=True):
+    """`$defs/maintenance`: the data of the four maintenance types (one notice, one state).
+
+    `outcome_inferred` came later (additively): written only when true, so every event
+    written before it still reads, and writes back, byte for byte the same.
+    """
 
     provider: ProviderName
     instance: InstanceData
@@ -110,6 +114,7 @@ class MaintenanceData(_Data, frozen=True, kw_only=True):
     description: str | None
     can_reschedule: bool | None
     raw: Any
+    outcome_inferred: bool = False
 
 
 class TriggerData(_Data, frozen=True, kw_only=True):
@@ -362,6 +367,21 @@ def to_dict(event: Event) -> dict[str, Any]:
         "time": rfc3339(event.time),
         "data": msgspec.to_builtins(event.data),
     }
+
+
+def zone_of(zone: str | None, location: str | None) -> str | None:
+    """A VM's zone named so that it is unique across clouds and regions.
+
+    GCE and AWS zones name their region already (`europe-west1-b`, `us-east-1a`); an Azure
+    zone is `1`, `2` or `3` within the VM's region (`data.instance.zone` keeps it as IMDS
+    reported it), so zone 2 of two regions would be one zone. It becomes `<location>-<zone>`
+    (`eastus-2`), as Kubernetes labels Azure nodes, and a VM without a zone is named by its
+    region. The fleet files VMs under this name, and the budget's `group = "zone"` uses it
+    with `zone_naming = "fleet"`: one function, so the two cannot disagree.
+    """
+    if zone and location and zone.isdigit():
+        return f"{location}-{zone}"
+    return zone or location
 
 
 def rfc3339(value: datetime) -> str:

@@ -6,6 +6,7 @@ the modules of configured types are imported, and those import their SDKs lazily
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from types import ModuleType
 from typing import Final
@@ -22,6 +23,8 @@ BUILTIN: Final = {
     "eventhubs": "sinks.eventhubs",
     "kafka": "sinks.kafka",
 }
+#: Built-ins for tests and embedding (`type = "memory"` still works), never offered to a user.
+INTERNAL: Final = frozenset({"memory"})
 
 
 class UnknownSinkTypeError(LookupError):
@@ -29,9 +32,12 @@ class UnknownSinkTypeError(LookupError):
 
 
 def known_types() -> list[str]:
+    """The sink types a configuration may name: the built-ins (less the internal ones) and
+    those of installed plugins."""
     from importlib.metadata import entry_points
 
-    return sorted(set(BUILTIN) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    plugins = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return sorted((set(BUILTIN) - INTERNAL) | plugins)
 
 
 def module_for(sink_type: str) -> ModuleType:
@@ -49,9 +55,10 @@ def module_for(sink_type: str) -> ModuleType:
     for ep in entry_points(group=ENTRY_POINT_GROUP, name=sink_type):
         module: ModuleType = ep.load()
         return module
-    raise UnknownSinkTypeError(
-        f"unknown sink type {sink_type!r}; known: {', '.join(known_types())}"
-    )
+    known = known_types()
+    close = difflib.get_close_matches(sink_type, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise UnknownSinkTypeError(f"unknown sink type {sink_type!r}{hint} (known: {', '.join(known)})")
 
 
 def config_model(sink_type: str) -> type[SinkConfig]:

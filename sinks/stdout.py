@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from cloudevents.core.v1.event import CloudEvent
@@ -19,9 +19,14 @@ class Config(SinkConfig, frozen=True, kw_only=True):
 class StdoutSink(Sink):
     max_batch = 100
 
-    def __init__(self, name: str, pretty: bool = False) -> None:
+    def __init__(
+        self, name: str, pretty: bool = False, on_closed: Callable[[], None] | None = None
+    ) -> None:
+        """`on_closed` is called when the reader of stdout went away (`demo | head -1`):
+        the demo stops then; a sidecar's stdout sink keeps retrying instead."""
         super().__init__(name)
         self._pretty = pretty
+        self._on_closed = on_closed
 
     async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
         return self._write([serialize(event) for event in batch])
@@ -41,6 +46,8 @@ class StdoutSink(Sink):
                 sys.stdout.write(line + "\n")
             sys.stdout.flush()
         except OSError as exc:  # a closed pipe is transient from our point of view
+            if isinstance(exc, BrokenPipeError) and self._on_closed is not None:
+                self._on_closed()
             return Retry(f"cannot write to stdout: {exc}")
         return Ok()
 

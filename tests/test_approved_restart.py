@@ -32,3 +32,4 @@ async def test_an_event_approved_early_that_vanished_while_down_is_completed(
         assert (await run.settle()) == [ended]
     assert ended["data"]["notice_id"] == event_id
     assert ended["data"]["status"] == "completed"  # not cancelled: we approved it, so it ran
+    assert ended["data"]["outcome_inferred"] is True

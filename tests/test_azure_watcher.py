@@ -6,15 +6,20 @@ inputs: 5xx and 410 storms, 429 with Retry-After, dropped connections, malformed
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from bridge.config import parse_config
+from bridge.pipeline.model import Instance, Provider, Status
+from bridge.providers.azure.watcher import AzureWatcher, new_client
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from tests.support import running_bridge
 
 AZURE: tuple[ProviderName, ...] = ("azure",)
+VM = Instance(Provider.AZURE, "vm-id-1", "vm-1", "/subscriptions/s/vm-1", "/subscriptions/s/vm-1")
 
 
 @pytest.mark.parametrize(
@@ -61,6 +66,69 @@ async def test_cancelled_while_scheduled(azure_sim: Simulator, tmp_path: Path) -
     assert run.sink.summary() == [("reboot", "scheduled"), ("reboot", "cancelled")]
     assert events[0]["data"]["origin"] == "user"
     assert events[1]["data"]["notice_id"] == event_id
+    assert "outcome_inferred" not in events[1]["data"]  # gone long before its NotBefore
+
+
+async def test_a_freeze_whose_start_was_never_polled_completed_and_says_it_was_inferred(
+    azure_sim: Simulator, tmp_path: Path
+) -> None:
+    """A Freeze pauses the VM: the bridge cannot poll while it runs, so it sees the event
+    Scheduled, then gone. Its NotBefore passed: it ran (not: it was cancelled)."""
+    async with running_bridge(azure_sim, tmp_path, AZURE) as run:
+        event_id = azure_sim.azure.add_event(
+            event_type="Freeze", not_before_in=1.0, auto_complete=False
+        )
+        (scheduled,) = await run.wait_for(1)
+        azure_sim.faults.set(provider="azure", hang=True)  # the VM is paused: no poll answers
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while (event := azure_sim.azure.find(event_id)) and event.status != "Started":
+            assert loop.time() < deadline, "the simulator never started the Freeze"
+            await asyncio.sleep(0.05)
+        azure_sim.azure.remove_event(event_id)  # the Freeze is over
+        azure_sim.faults.set(provider="azure", hang=False)  # the VM runs again
+        _, ended = await run.wait_for(2, timeout=20)
+        assert (await run.settle()) == [scheduled, ended]
+    assert run.sink.summary() == [("freeze", "scheduled"), ("freeze", "completed")]
+    assert ended["data"]["notice_id"] == event_id
+    assert ended["data"]["outcome_inferred"] is True
+    assert "outcome_inferred" not in scheduled["data"]
+
+
+def _watcher() -> AzureWatcher:
+    """A watcher fed documents by hand (no simulator): the diff rule on its own."""
+    config = parse_config({}).source.azure
+    watcher = AzureWatcher(new_client(config), config, None)
+    watcher.instance = VM
+    return watcher
+
+
+@pytest.mark.parametrize(
+    ("seen", "approved", "inferred"),
+    [
+        # Approved by us: it starts at once, whatever its NotBefore says, so gone means ran.
+        ("Scheduled", True, True),
+        # Seen Started, then gone: Azure's way of saying completed, nothing to infer.
+        ("Started", False, False),
+    ],
+)
+def test_gone_within_one_run_is_completed(seen: str, approved: bool, inferred: bool) -> None:
+    watcher = _watcher()
+    event = {
+        "EventId": "E1",
+        "EventType": "Reboot",
+        "EventStatus": seen,
+        "Resources": [VM.name],
+        "NotBefore": "Mon, 11 Apr 2033 22:26:58 GMT" if seen == "Scheduled" else "",
+    }
+    (first,) = watcher.diff(1, [event])
+    if approved:
+        watcher.approved.add("E1")  # what `approve` records after StartRequests answered 200
+    (ended,) = watcher.diff(2, [])
+    assert first.status == Status(seen.lower())
+    assert ended.status == Status.COMPLETED
+    assert ended.outcome_inferred is inferred
+    assert watcher.approved == set()
 
 
 async def test_hardware_failure_appears_directly_as_started(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -10,11 +11,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from bridge.cli import build_parser
 from bridge.pipeline.events import schema
 from bridge.simulator import Simulator, SimulatorThread
 from tests.support import assert_valid, free_port
@@ -47,6 +50,35 @@ def test_version_and_help() -> None:
         assert command in help_text
 
 
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _commands(sub, (*path, name))
+
+
+def test_every_command_says_what_it_does_in_its_help() -> None:
+    commands = dict(_commands(build_parser()))
+    assert {("run",), ("once",), ("schema",), ("spool", "list"), ("fleet", "status")} <= set(
+        commands
+    )
+    assert [" ".join(path) for path, sub in commands.items() if not sub.description] == []
+    for path, start in (
+        (("run",), "The sidecar: detect the cloud"),
+        (("once",), "Detect the cloud, read its metadata service once"),
+        (("schema",), "Print the JSON Schema"),
+        (("spool",), "The spool is the bridge's outbox"),
+        (("spool", "replay"), "Move dead letters back"),
+        (("fleet", "status"), "Print the fleet summary as tables"),
+    ):
+        shown = bridge(*path, "--help")
+        assert shown.returncode == 0, shown.stderr
+        assert start in " ".join(shown.stdout.split()), path
+
+
 def test_schema_prints_the_shipped_schema() -> None:
     result = bridge("schema")
     assert result.returncode == 0
@@ -72,6 +104,20 @@ type = "webhook"
         assert "source.provider" in result.stderr
         assert "source.azure.pol_interval: unknown key" in result.stderr
         assert "sinks[0].url: required" in result.stderr
+
+
+def test_a_mistyped_key_or_sink_type_gets_a_did_you_mean(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "typo.toml",
+        '[delivery]\nshutdown_timout = 3\n[[sinks]]\ntype = "webhok"\n',
+    )
+    result = bridge("validate-config", str(config))
+    assert result.returncode == 2, result.stderr
+    assert "delivery.shutdown_timout: unknown key; did you mean 'shutdown_timeout'?" in (
+        result.stderr
+    )
+    assert "unknown sink type 'webhok'; did you mean 'webhook'?" in result.stderr
+    assert "memory" not in result.stderr
 
 
 def test_unreadable_or_invalid_toml_exits_2(tmp_path: Path) -> None:
@@ -239,15 +285,33 @@ def test_a_listener_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert "listener.enabled = false" in result.stderr
 
 
-def test_demo_plays_the_scenario_and_prints_valid_events() -> None:
-    result = bridge("demo", "--speed", "8", timeout=120)
+#: The demo scenario's user-initiated Azure Reboot (bridge/simulator/scenarios/demo.toml).
+DEMO_USER_REBOOT = "5DD55B64-45AD-49D3-BBC9-F57D4EA97BD7"
+
+
+def test_demo_at_speed_10_reports_all_15_notices_and_the_user_reboot_completed() -> None:
+    """Each transition of the scenario, once: the Azure polls keep up with the faster clock
+    (a 5 s `Started` lasts 0.5 s at --speed 10), and the user's Reboot ran, not cancelled."""
+    result = bridge("demo", "--speed", "10", timeout=120)
     assert result.returncode == 0, result.stderr
     events = [assert_valid(json.loads(line)) for line in result.stdout.splitlines()]
     providers = {e["data"]["provider"] for e in events}
     assert providers == {"gce", "azure", "aws"}
-    assert len(events) >= 6
     assert len({e["id"] for e in events}) == len(events)  # nothing doubled
+    notices = [e for e in events if e["type"].startswith("io.maintenancebridge.maintenance.")]
+    assert len(notices) == 15, [(e["type"], e["data"]["notice_id"]) for e in notices]
+    assert "scenario over: 15 notice(s) delivered" in result.stderr
+    reboot = [e["data"]["status"] for e in notices if e["data"]["notice_id"] == DEMO_USER_REBOOT]
+    assert reboot == ["scheduled", "started", "completed"]
     assert "while it plays: curl http://127.0.0.1:" in result.stderr  # the status API is served
+
+
+@pytest.mark.parametrize("speed", ["0", "-1", "fast", "inf"])
+def test_demo_refuses_a_speed_that_is_not_above_zero(speed: str) -> None:
+    result = bridge("demo", "--speed", speed)
+    assert result.returncode == 2
+    assert "argument --speed:" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 async def test_spool_list_replay_purge(tmp_path: Path) -> None:

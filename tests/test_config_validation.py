@@ -4,7 +4,9 @@ secrets resolved at load time and never shown; URLs checked; environment overrid
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
+import tomllib
 import types
 from pathlib import Path
 from typing import Any
@@ -40,17 +42,53 @@ def test_independent_mistakes_are_all_listed_with_their_key_paths() -> None:
         "sinks": [{"type": "webhook"}, {"type": "stdout", "pretty": "yes"}],
     }
     assert problems(raw) == [
-        "source.azure.pol_interval: unknown key",
+        "source.azure.pol_interval: unknown key; did you mean 'poll_interval'?",
         "source.azure.poll_interval: must be >= 0.2",
         "source.provider: must be one of 'auto', 'gce', 'azure', 'aws'",
         "state.dir: must be a string (a path)",
         "delivery.retry_initial: must be > 0",
         "delivery.max_pending: must be >= 1",
         "listener.port: must be an integer, not a string",
-        "sources: unknown key",
+        "sources: unknown key; did you mean 'source'?",
         "sinks[0].url: required",
         "sinks[1].pretty: must be true or false, not a string",
     ]
+
+
+def test_an_unknown_key_gets_the_closest_known_one_of_its_table() -> None:
+    assert problems(
+        {
+            "sourse": {},
+            "delivery": {"shutdown_timout": 3},
+            "coordination": {"endpoints": ["http://etcd:2379"], "zone_name": "fleet"},
+            "sinks": [{"type": "webhook", "url": "https://h.example/", "Headers": {}}],
+            "listener": {"colour": "red"},
+        }
+    ) == [
+        "delivery.shutdown_timout: unknown key; did you mean 'shutdown_timeout'?",
+        "listener.colour: unknown key",  # nothing close: no guess
+        "sourse: unknown key; did you mean 'source'?",
+        "coordination.zone_name: unknown key; did you mean 'zone_naming'?",
+        "sinks[0].Headers: unknown key; did you mean 'headers'?",
+    ]
+
+
+def test_sink_types_offered_are_the_ones_a_user_may_configure() -> None:
+    assert "memory" not in registry.known_types()  # the tests' fake, not a product sink
+    assert {"stdout", "file", "webhook", "pubsub", "eventhubs", "kafka"} <= set(
+        registry.known_types()
+    )
+    assert problems({"sinks": [{"type": "webhok"}, {"name": "x"}]}) == [
+        "sinks[0].type: unknown sink type 'webhok'; did you mean 'webhook'? "
+        "(known: eventhubs, file, kafka, pubsub, stdout, webhook)",
+        "sinks[1].type: required (one of: eventhubs, file, kafka, pubsub, stdout, webhook)",
+    ]
+    assert problems({"sinks": [{"type": "memroy"}]}) == [
+        "sinks[0].type: unknown sink type 'memroy' "
+        "(known: eventhubs, file, kafka, pubsub, stdout, webhook)"
+    ]
+    # Internal, not forbidden: embedding code and the tests still configure it.
+    assert parse_config({"sinks": [{"type": "memory"}]}).sink_names() == ["memory"]
 
 
 def test_tables_and_arrays_of_the_wrong_shape() -> None:
@@ -212,3 +250,20 @@ def test_the_documented_sink_plugin_works(monkeypatch: pytest.MonkeyPatch) -> No
     sink = registry.create(config, "audit")
     assert asyncio.run(sink.publish(sample_events(2))) == Ok()
     assert len(sink.sent) == 2  # type: ignore[attr-defined]
+
+
+def test_the_readme_configuration_example_is_valid_and_names_every_cloud_and_sink(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    example = re.findall(r"```toml\n(.*?)```", section, re.S)[0]
+    monkeypatch.setenv("KAFKA_PASSWORD", "example")
+    config = parse_config(tomllib.loads(example))
+    for provider in ("gce", "azure", "aws"):
+        assert f"[source.{provider}]" in example
+    assert "gce | azure | aws | auto" in example
+    offered = re.search(r'type = "webhook" +# (.*)\n', example)
+    assert offered is not None
+    assert set(offered[1].split(" | ")) == set(registry.known_types())
+    assert {sink.type for sink in config.sinks} == {"webhook", "kafka"}

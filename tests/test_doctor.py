@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from bridge.simulator import Simulator
 from tests.sinks.webhook_receiver import Reply, WebhookReceiver
@@ -212,3 +214,110 @@ async def test_the_spool_is_found_and_checked_read_only(
     assert " FAIL " in line(output, "spool")
     assert "move it aside" in output
     assert spool.path.read_bytes() == before  # read-only: the doctor never repairs or writes
+
+
+def _listener_config(tmp_path: Path, sim: Simulator, port: int) -> Path:
+    path = config_file(tmp_path, gce_source(sim), "http://127.0.0.1:9/hook")
+    path.write_text(path.read_text().replace("port = 0", f"port = {port}"))
+    return path
+
+
+async def test_the_listener_port_held_by_a_bridge_is_said_to_be_a_bridge(
+    gce_sim: Simulator, tmp_path: Path
+) -> None:
+    from bridge.config import Listener
+    from bridge.surface.health import HealthMonitor
+    from bridge.surface.routes import serving
+
+    # The bridge's own listener (the one `run` serves), in this test process.
+    async with serving(Listener(port=0), HealthMonitor()) as listener:
+        assert listener is not None
+        port = listener.address[1]
+        _, output = await doctor(_listener_config(tmp_path, gce_sim, port))
+    found = line(output, "listener")
+    assert " ok " in found
+    assert f"127.0.0.1:{port}: a bridge is already running here (HTTP 200" in found
+    assert f"pid {os.getpid()} (" in found  # this test process: a user sees its own sockets
+
+
+async def test_the_listener_port_held_by_another_program_names_that_program(
+    gce_sim: Simulator, tmp_path: Path
+) -> None:
+    """Any web server answers 200 to /healthz; that does not make it a bridge."""
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="OK")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        code, output = await doctor(_listener_config(tmp_path, gce_sim, port))
+    finally:
+        await runner.cleanup()
+    assert code == 1
+    found = line(output, "listener")
+    assert " FAIL " in found
+    assert "already running" not in output
+    assert f"127.0.0.1:{port} is taken by another program: pid {os.getpid()} (" in found
+    assert "/healthz: HTTP 200" in found
+    assert "fix: stop that program, or set listener.port to a free port" in output
+
+
+async def test_warnings_logged_during_the_checks_come_after_the_table_not_inside_it(
+    tmp_path: Path,
+) -> None:
+    # Nothing listens on port 9: the identity step retries and logs its warnings (JSON lines,
+    # stderr being a pipe here, merged into the same output as a user's `2>&1` does).
+    source = '[source]\nprovider = "gce"\n[source.gce]\nmetadata_url = "http://127.0.0.1:9/"\n'
+    code, output = await doctor(config_file(tmp_path, source, "http://127.0.0.1:9/hook"))
+    assert code == 1
+    lines = output.splitlines()
+    assert lines[0].startswith("CHECK ")  # nothing before the table
+    assert not [row for row in lines if row.startswith('{"time"')]  # no JSON log line at all
+    summary = next(i for i, row in enumerate(lines) if "check(s) failed" in row)
+    logged = next(i for i, row in enumerate(lines) if row.startswith("logged while checking"))
+    assert logged > summary
+    assert any("WARNING bridge.metadata: metadata request failed" in row for row in lines)
+
+
+#: The resolver, replaced inside the doctor's process (the only mock here): a real failed
+#: lookup would send a query to this machine's DNS server, which the tests never reach.
+#: Every name under .invalid (RFC 6761) fails as glibc reports an unknown name.
+NO_DNS = """
+import socket, sys
+real = socket.getaddrinfo
+def getaddrinfo(host, *args, **kwargs):
+    if isinstance(host, str) and host.endswith(".invalid"):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    return real(host, *args, **kwargs)
+socket.getaddrinfo = getaddrinfo
+from bridge.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+async def test_a_name_that_does_not_resolve_gets_the_dns_fix(tmp_path: Path) -> None:
+    source = '[source]\nprovider = "gce"\n[source.gce]\nmetadata_url = "http://metadata.invalid/"\n'
+    config = config_file(tmp_path, source, "https://hooks.invalid/hook")
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-c", NO_DNS, "doctor", "--config", str(config), "--timeout", "2"),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output = (await asyncio.wait_for(process.communicate(), 60))[0].decode()
+    assert process.returncode == 1, output
+    assert "cannot resolve metadata.invalid (DNS)" in line(output, "metadata")
+    assert (
+        "fix: metadata.invalid does not resolve here (DNS): check this host's resolver "
+        "(/etc/resolv.conf, systemd-resolved; in a container, its DNS settings), or set the "
+        "metadata URL with its address (169.254.169.254)"
+    ) in output
+    assert "cannot resolve hooks.invalid (DNS)" in line(output, "sink webhook")
+    assert "fix: the host name does not resolve here (DNS)" in output
+    assert "a proxy, a firewall" not in output  # the generic hint is for unreachable hosts

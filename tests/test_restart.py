@@ -64,6 +64,7 @@ async def test_azure_event_that_ran_while_down_is_completed_not_cancelled(
     async with running_bridge(azure_sim, tmp_path, AZURE, sink=CheckedSink("m")) as run:
         (completed,) = await run.wait_for(1)
     assert completed["data"]["status"] == "completed"
+    assert completed["data"]["outcome_inferred"] is True  # concluded, not seen
 
 
 async def test_undelivered_events_are_delivered_after_restart(

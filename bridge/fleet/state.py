@@ -20,26 +20,15 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from bridge import contract
+
+# The one naming of zones, shared with the sidecar's budget (`[coordination] zone_naming`).
+from bridge.contract import zone_of as zone_of
 from bridge.surface.status_api import eligibility
 
 RANK: Final = {"scheduled": 0, "started": 1, "completed": 2, "cancelled": 2}
 FINISHED_RANK: Final = 2
 IN_FORCE: Final = ("scheduled", "started")
 SILENT_AFTER_INTERVALS: Final = 3
-
-
-def zone_of(zone: str | None, location: str | None) -> str | None:
-    """The zone the fleet files a VM under, unique across the fleet.
-
-    GCE and AWS zones name their region already (`europe-west1-b`, `us-east-1a`); an Azure
-    zone is `1`, `2` or `3` within the VM's region, so zone 2 of two regions would be one
-    row on the dashboard and one filter value. It becomes `<location>-<zone>` (`eastus-2`),
-    as Kubernetes labels Azure nodes, and a VM without a zone is filed under its region.
-    The events keep the zone as the metadata service reported it.
-    """
-    if zone and location and zone.isdigit():
-        return f"{location}-{zone}"
-    return zone or location
 
 
 def newer(old_status: str, old_time: float, new_status: str, new_time: float) -> bool:

@@ -75,6 +75,14 @@ class RequestTimeoutError(TransportError):
     """No complete response within the timeout."""
 
 
+class NameResolutionError(TransportError):
+    """The host name did not resolve (DNS): a different fix from an unreachable address."""
+
+    def __init__(self, message: str, host: str) -> None:
+        super().__init__(message)
+        self.host = host
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     status: int
@@ -380,6 +388,10 @@ class Http1Client:
             )
         except ssl.SSLError as exc:
             raise TransportError(f"TLS with {hop.authority} failed: {_describe(exc)}") from exc
+        except socket.gaierror as exc:
+            what = "proxy " if hop is self._proxy else ""
+            message = f"cannot resolve {what}{hop.host} (DNS): {_describe(exc)}"
+            raise NameResolutionError(message, hop.host) from exc
         except OSError as exc:
             what = "proxy " if hop is self._proxy else ""
             message = f"cannot connect to {what}{hop.authority}: {_describe(exc)}"

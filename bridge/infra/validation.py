@@ -20,6 +20,7 @@ path) or `FieldError` (reported at one key's path). Types msgspec does not know 
 
 from __future__ import annotations
 
+import difflib
 import re
 import types
 import typing
@@ -198,8 +199,9 @@ def _nested_model(annotation: Any) -> tuple[type[msgspec.Struct], bool] | None:
 
 _AT: Final = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _PATH_PART: Final = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_UNKNOWN_KEY: Final = "unknown key"
 _KEY_MESSAGES: Final = {
-    "Object contains unknown field": "unknown key",
+    "Object contains unknown field": _UNKNOWN_KEY,
     "Object missing required field": "required",
 }
 _BOUND: Final = re.compile(r"^Expected `[^`]+` (?P<op>[<>]=?) (?P<limit>\S+)$")
@@ -234,7 +236,10 @@ def _explain(exc: msgspec.ValidationError, model: type[msgspec.Struct]) -> tuple
         return loc, str(cause)
     for prefix, message in _KEY_MESSAGES.items():
         if text.startswith(prefix + " `"):
-            return (*loc, text[len(prefix) + 2 : -1]), message
+            key = text[len(prefix) + 2 : -1]
+            if message == _UNKNOWN_KEY:
+                message += _did_you_mean(key, _type_at(model, loc))
+            return (*loc, key), message
     if text.startswith("Invalid enum value"):
         return loc, _choices(_type_at(model, loc)) or text
     if bound := _BOUND.match(text):
@@ -252,6 +257,17 @@ def _explain(exc: msgspec.ValidationError, model: type[msgspec.Struct]) -> tuple
         wanted = " or ".join(name for name in expected if name != "null")
         return loc, f"must be {wanted}, not {_NAMES.get(kind['got'], kind['got'])}"
     return loc, text
+
+
+def _did_you_mean(key: str, table: Any) -> str:
+    """`; did you mean 'poll_interval'?` when a key of `table` (a model) is close to `key`."""
+    if not (isinstance(table, type) and issubclass(table, msgspec.Struct)):
+        return ""
+    names = [f.encode_name for f in msgspec.structs.fields(table)]
+    close = difflib.get_close_matches(key, names, n=1) or difflib.get_close_matches(
+        key.lower(), names, n=1
+    )
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _type_at(model: type[msgspec.Struct], loc: Loc) -> Any:

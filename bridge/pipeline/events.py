@@ -66,8 +66,12 @@ def _window(window: Window | None) -> dict[str, str | None] | None:
 
 
 def notice_data(notice: Notice) -> dict[str, Any]:
-    """The `data` object of schema version 1."""
-    return {
+    """The `data` object of schema version 1.
+
+    `outcome_inferred` came later (additively): written only when true, after `raw`, so
+    every other event keeps its bytes and a typed event writes it back in the same place.
+    """
+    data: dict[str, Any] = {
         "provider": notice.provider.value,
         "instance": notice.instance.as_data(),
         "kind": notice.kind.value,
@@ -83,6 +87,9 @@ def notice_data(notice: Notice) -> dict[str, Any]:
         "can_reschedule": notice.can_reschedule,
         "raw": notice.raw,
     }
+    if notice.outcome_inferred:
+        data["outcome_inferred"] = True
+    return data
 
 
 def to_cloudevent(notice: Notice) -> CloudEvent:

@@ -122,6 +122,10 @@ class Notice:
     description: str | None = None
     can_reschedule: bool | None = None
     raw: Any = field(default=None, compare=False)
+    #: The notice ended without the bridge seeing it start: the watcher concluded from the
+    #: vendor's own rules that it ran (Azure: it vanished while Scheduled after its NotBefore,
+    #: or after this VM approved it). Written to the event only when true.
+    outcome_inferred: bool = False
 
     @property
     def provider(self) -> Provider:

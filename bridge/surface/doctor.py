@@ -10,16 +10,22 @@ doctor sees is what the bridge will see.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
 import os
 import shutil
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from bridge.config import Config
 from bridge.contract import ProviderName
+from bridge.infra import port_holder
 from bridge.infra.findings import Finding as Finding
 from bridge.infra.findings import Verdict as Verdict
+from bridge.infra.findings import dns_fix
 from bridge.pipeline.model import Instance
 from bridge.pipeline.spool import DB_NAME, integrity
 from bridge.pipeline.watchers.base import Watcher
@@ -174,36 +180,70 @@ class Doctor:
                 )
 
     async def _listener(self) -> None:
-        """Is the configured address free, or is a bridge already answering there?"""
+        """Is the configured address free? If not, is it a bridge answering there, or which
+        other program holds it (so that the user knows what to stop or where to move)?"""
         settings = self.config.listener
         if not settings.enabled:
             self.note("listener", "ok", "disabled (no metrics, probes or status API)")
             return
         address = f"{settings.host}:{settings.port}"
         try:
-            reader, writer = await asyncio.wait_for(
+            _, writer = await asyncio.wait_for(
                 asyncio.open_connection(settings.host, settings.port), self.timeout
             )
         except (OSError, TimeoutError):
             self.note("listener", "ok", f"{address} is free for the bridge")
             return
-        try:
-            writer.write(f"GET /healthz HTTP/1.1\r\nHost: {address}\r\n\r\n".encode())
-            status_line = await asyncio.wait_for(reader.readline(), self.timeout)
-        except (OSError, TimeoutError):
-            status_line = b""
-        finally:
-            writer.close()
-        answer = status_line.decode("latin-1").strip()
-        if answer.startswith("HTTP/1.1 200") or answer.startswith("HTTP/1.1 503"):
-            self.note("listener", "ok", f"{address}: a bridge is already running here ({answer})")
-        else:
+        writer.close()
+        answer, is_bridge = await self._healthz(settings.host, settings.port)
+        holder = port_holder.listening_process(settings.port)
+        if is_bridge:
+            who = f", {holder}" if holder else ""
             self.note(
-                "listener",
-                "fail",
-                f"{address} is taken by something else ({answer or 'no HTTP answer'})",
-                "set listener.port to a free port",
+                "listener", "ok", f"{address}: a bridge is already running here ({answer}{who})"
             )
+            return
+        self.note(
+            "listener",
+            "fail",
+            f"{address} is taken by another program: "
+            + (str(holder) if holder else "which one cannot be told here (try: ss -ltnp as root)")
+            + f"; /healthz: {answer}",
+            "stop that program, or set listener.port to a free port",
+        )
+
+    async def _healthz(self, host: str, port: int) -> tuple[str, bool]:
+        """What `GET /healthz` answered there, and whether it is a bridge's answer (the JSON
+        report of `bridge.surface.routes`: a status and a `process` check), not just any 200."""
+        from bridge import __version__
+        from bridge.infra.http1 import Http1Client, TransportError
+
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        client = Http1Client(
+            f"http://{authority}/",
+            timeout=self.timeout,
+            user_agent=f"maintenance-bridge/{__version__} doctor",
+        )
+        try:
+            response = await client.request("GET", "healthz")
+        except TransportError as exc:
+            return f"no HTTP answer ({exc})", False
+        finally:
+            await client.aclose()
+        answer = f"HTTP {response.status}"
+        try:
+            body = json.loads(response.body)
+            checks = body.get("checks") if isinstance(body, dict) else None
+            first = checks[0] if isinstance(checks, list) and checks else None
+            is_bridge = (
+                response.status in (200, 503)
+                and body.get("status") in ("ok", "failing")
+                and isinstance(first, dict)
+                and first.get("name") == "process"
+            )
+        except (ValueError, AttributeError):
+            is_bridge = False
+        return answer, is_bridge
 
     async def _sinks(self, send_test_event: bool) -> None:
         from sinks import registry
@@ -228,7 +268,9 @@ class Doctor:
 
         self._client_certificate(sink)
         health = await sink_health(sink, self.timeout)
-        self.note(f"sink {sink.name}", "ok" if health.ok else "fail", health.detail)
+        # The HTTP client says "cannot resolve <host> (DNS)" (`NameResolutionError`).
+        fix = dns_fix(None) if not health.ok and "(DNS)" in health.detail else ""
+        self.note(f"sink {sink.name}", "ok" if health.ok else "fail", health.detail, fix)
         if send_test_event:
             await self._send_test_event(sink)
 
@@ -278,9 +320,51 @@ class Doctor:
 
 
 SYMBOL: dict[Verdict, str] = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+#: At most this many distinct log lines under the table (the checks' own findings say more).
+MAX_LOGGED: Final = 20
 
 
-def render(findings: list[Finding]) -> str:
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def logs_kept_for_the_report(keep: bool = True) -> Iterator[list[logging.LogRecord]]:
+    """The warnings the checks log (a metadata retry, a sink's complaint), kept for the end
+    of the report instead of written to stderr meanwhile: as JSON lines (stderr is not a
+    terminal) they landed between the table's lines. `keep=False` (`-v`) logs as usual."""
+    if not keep:
+        yield []
+        return
+    root = logging.getLogger()
+    kept, saved = _Kept(), root.handlers[:]
+    root.handlers[:] = [kept]
+    try:
+        yield kept.records
+    finally:
+        root.handlers[:] = saved
+
+
+def _logged(records: list[logging.LogRecord]) -> list[str]:
+    counts: Counter[str] = Counter(
+        f"{r.levelname} {r.name}: {r.getMessage()}".splitlines()[0] for r in records
+    )
+    if not counts:
+        return []
+    lines = ["", f"logged while checking ({len(records)} line(s); -v shows them as they come):"]
+    for text, count in list(counts.items())[:MAX_LOGGED]:
+        lines.append(f"  {text}" + (f" (x{count})" if count > 1 else ""))
+    if len(counts) > MAX_LOGGED:
+        lines.append(f"  ... and {len(counts) - MAX_LOGGED} more")
+    return lines
+
+
+def render(findings: list[Finding], logged: list[logging.LogRecord] | None = None) -> str:
     """A plain table: one line per check, and the fix under any line that needs one."""
     width = max((len(f.check) for f in findings), default=5)
     lines = [f"{'CHECK'.ljust(width)}  {'RESULT':6}  DETAIL"]
@@ -298,4 +382,5 @@ def render(findings: list[Finding]) -> str:
         if not failed and not warned
         else f"{failed} check(s) failed, {warned} warning(s)"
     )
+    lines += _logged(logged or [])
     return "\n".join(lines) + "\n"

@@ -65,7 +65,9 @@ def group_of(settings: Coordination, instance: Placement | None) -> str:
 
     `scale-set` is qualified by subscription and resource group (scale set names are only
     unique within a resource group); a VM outside any scale set falls back to its resource
-    group. `zone` is the zone, else the region. Anything else is a literal group name.
+    group. `zone` is the zone, else the region; with `zone_naming = "fleet"` an Azure zone is
+    qualified by its region as the fleet names it (`contract.zone_of`: `eastus-2`, not `2`).
+    Anything else is a literal group name.
     """
 
     def part(name: str) -> str:
@@ -78,7 +80,10 @@ def group_of(settings: Coordination, instance: Placement | None) -> str:
             names = [part("project"), part("resource_group") or part("zone")]
         return "scale-set:" + "/".join(n for n in names if n)
     if settings.group == "zone":
-        return "zone:" + (part("zone") or part("location") or "unknown")
+        zone, location = part("zone") or None, part("location") or None
+        if settings.zone_naming == "fleet":
+            return "zone:" + (contract.zone_of(zone, location) or "unknown")
+        return "zone:" + (zone or location or "unknown")
     return settings.group
 
 

@@ -25,6 +25,11 @@ class Coordination(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     endpoints: Annotated[tuple[HttpUrl, ...], msgspec.Meta(min_length=1)]
     #: `scale-set` (the VM's scale set), `zone` (its zone, else its region) or a literal name.
     group: Annotated[str, msgspec.Meta(min_length=1)] = "scale-set"
+    #: How `group = "zone"` names an Azure zone: `reported` (as IMDS reports it: `2` is one
+    #: group across every region) or `fleet` (`<location>-<zone>`, as the fleet files it).
+    #: The etcd keys change with it, so every member of a group switches at once
+    #: (docs/coordination.md, "Zone names"); GCE, AWS and zoneless VMs are named alike.
+    zone_naming: Literal["reported", "fleet"] = "reported"
     #: At most this many members of the group in a disruptive action at once.
     budget: Annotated[int, msgspec.Meta(ge=1)] = 1
     #: Seconds; the lease is renewed every third of it while a slot is held.

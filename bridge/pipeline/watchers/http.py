@@ -21,8 +21,14 @@ from tenacity import RetryCallState, retry_if_exception_type
 
 from bridge.infra.backoff import forever, parse_retry_after, retry_logger
 from bridge.infra.buildinfo import user_agent
-from bridge.infra.findings import Finding
-from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
+from bridge.infra.findings import METADATA_ADDRESS, Finding, dns_fix
+from bridge.infra.http1 import (
+    Http1Client,
+    NameResolutionError,
+    RequestTimeoutError,
+    Response,
+    TransportError,
+)
 from bridge.infra.prometheus import Histogram
 from bridge.pipeline.watchers.base import Sleep, real_sleep
 
@@ -319,8 +325,12 @@ async def check_once(
     try:
         response = await client.request_once("GET", path, params=params)
     except MetadataError as exc:
-        fix = "check that nothing (a proxy, a firewall, a container network) sits between "
-        fix += "this host and the metadata service" + extra_fix
+        if isinstance(exc.__cause__, NameResolutionError):
+            by_address = f", or set the metadata URL with its address ({METADATA_ADDRESS})"
+            fix = dns_fix(exc.__cause__.host, by_address)
+        else:
+            fix = "check that nothing (a proxy, a firewall, a container network) sits between "
+            fix += "this host and the metadata service" + extra_fix
         return Finding("metadata", "fail", f"{client.base_url}{path}: {exc}", fix)
     finally:
         await client.aclose()

@@ -4,13 +4,17 @@ Polls `/metadata/scheduledevents` (default once a second, the vendor's advice: s
 give only 30 s) and diffs the document by `EventId`. Events are delivered to every VM of an
 availability set or scale-set placement group, so only events whose `Resources` name this VM
 are kept. Azure has no "completed" status: an event that disappears after `Started` has
-completed, one that disappears while `Scheduled` was cancelled.
+completed. One that disappears while `Scheduled` was cancelled, unless it could have run:
+its `NotBefore` has passed, or this VM approved it (an approved event starts at once). Then
+it ran without the bridge seeing it start, and it is announced as completed with
+`outcome_inferred`. That is common, not an edge case: a Freeze pauses the VM, so its
+`Started` document is often never polled; a Reboot or Redeploy of this VM stops the bridge
+with it; a short `Started` can fall between two polls.
 
 After a restart the checkpoint holds the events last seen; the first poll compares against it,
 so a transition that happened while the bridge was down is announced once, and one already
-announced is not announced again. An event last seen `Scheduled` that is gone after the gap,
-with its `NotBefore` passed, ran while we were down (typically: it rebooted this VM), so it is
-announced as completed rather than cancelled.
+announced is not announced again. The same rule decides what an event last seen `Scheduled`
+and gone after the gap became (typically: it rebooted this VM, and ran).
 """
 
 from __future__ import annotations
@@ -116,7 +120,6 @@ class AzureWatcher(ClientWatcher[AzureSource]):
     def _setup(self, checkpoint: dict[str, Any]) -> None:
         self._known: dict[str, dict[str, Any]] = dict(checkpoint.get("events", {}))
         self._incarnation: int | None = checkpoint.get("incarnation")
-        self._restored = bool(checkpoint)
         self._first_call = True
         #: EventIds this bridge approved (StartRequests answered 200), here or in a run
         #: before a restart (the runner reads them from the spool): see `diff`.
@@ -228,7 +231,13 @@ class AzureWatcher(ClientWatcher[AzureSource]):
         return None
 
     def _notice(
-        self, event: dict[str, Any], status: Status, revision: str, not_before: datetime | None
+        self,
+        event: dict[str, Any],
+        status: Status,
+        revision: str,
+        not_before: datetime | None,
+        *,
+        outcome_inferred: bool = False,
     ) -> Notice:
         assert self.instance is not None
         event_id: str = event["EventId"]
@@ -245,6 +254,7 @@ class AzureWatcher(ClientWatcher[AzureSource]):
             origin=ORIGINS.get(self._text(event_id, event, "EventSource") or ""),
             description=self._text(event_id, event, "Description"),
             raw=event,
+            outcome_inferred=outcome_inferred,
         )
 
     def diff(self, incarnation: int, events: list[dict[str, Any]]) -> list[Notice]:
@@ -285,17 +295,19 @@ class AzureWatcher(ClientWatcher[AzureSource]):
         for event_id in [e for e in self._known if e not in mine]:
             known = self._known.pop(event_id)
             not_before = lenient_time(known.get("not_before"))[0]
-            # Gone after a gap in which it could have run: its time had come, or we approved
-            # it (an approved event starts at once, whatever its NotBefore said).
+            # Gone while Scheduled, when it could have run: its time had come, or we approved
+            # it (an approved event starts at once, whatever its NotBefore said). Live or
+            # across a restart alike: see the module docstring.
             could_run = event_id in self.approved or (not_before is not None and not_before <= now)
-            ran_unseen = self._restored and could_run
+            ran_unseen = known["status"] != "Started" and could_run
             status = (
                 Status.COMPLETED if known["status"] == "Started" or ran_unseen else Status.CANCELLED
             )
-            notices.append(self._notice(known["event"], status, "", not_before))
+            notices.append(
+                self._notice(known["event"], status, "", not_before, outcome_inferred=ran_unseen)
+            )
             self.approved.discard(event_id)
         self._incarnation = incarnation
-        self._restored = False
         return notices
 
     def checkpoint(self) -> dict[str, Any]:
@@ -320,12 +332,12 @@ class AzureWatcher(ClientWatcher[AzureSource]):
 
     async def snapshot(self) -> list[Notice]:
         await self.identify()
-        saved = self._known, self._incarnation, self._restored
-        self._known, self._restored = {}, False
+        saved = self._known, self._incarnation
+        self._known = {}
         try:
             return self.diff(*await self._poll())
         finally:
-            self._known, self._incarnation, self._restored = saved
+            self._known, self._incarnation = saved
 
     async def approve(self, event_id: str) -> None:
         """POST StartRequests for one event (retried like every IMDS call).
