@@ -212,14 +212,14 @@ class EtcdClient:
         answer = await self.call("lease/grant", {"TTL": str(ttl)})
         return int(answer["ID"])
 
-    async def keepalive(self, lease: int) -> int:
+    async def keepalive(self, lease: int, *, timeout: float | None = None) -> int:
         """Renew `lease`; its new time to live, 0 when it no longer exists."""
-        answer = await self.call("lease/keepalive", {"ID": str(lease)})
+        answer = await self.call("lease/keepalive", {"ID": str(lease)}, timeout=timeout)
         return int((answer.get("result") or {}).get("TTL") or 0)
 
-    async def revoke(self, lease: int) -> None:
+    async def revoke(self, lease: int, *, timeout: float | None = None) -> None:
         with contextlib.suppress(EngineError):  # already gone: what revoking wanted
-            await self.call("lease/revoke", {"ID": str(lease)})
+            await self.call("lease/revoke", {"ID": str(lease)}, timeout=timeout)
 
     async def version(self) -> str:
         """The server's version, from its `/version` document (a GET, outside `/v3`)."""

@@ -21,7 +21,7 @@ import fcntl
 import os
 import resource
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -69,6 +69,9 @@ class Posix:
 
     def contain(self, pid: int) -> ProcessGroup:
         return ProcessGroup(pid)
+
+    def held(self, command: Sequence[str]) -> list[str]:
+        return [sys.executable, "-m", "bridge.infra.platform.watchdog", *command]
 
     def powershell(self) -> str:
         return "pwsh"  # PowerShell 7 is the one that runs on Linux and macOS
