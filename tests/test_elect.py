@@ -34,7 +34,7 @@ from bridge.runner import ProviderName
 from bridge.simulator import Simulator
 from bridge.surface.health import HealthMonitor
 from bridge.surface.routes import serving
-from tests.etcd_server import EtcdServer, b64
+from tests.etcd_server import Blackhole, EtcdServer, b64
 from tests.etcd_server import etcd as etcd
 from tests.support import CheckedSink, alive, eventually, running_bridge
 from tests.test_platform import RecordingWin32
@@ -243,62 +243,6 @@ async def always_eligible() -> AsyncIterator[str]:
     port = server.sockets[0].getsockname()[1]
     async with server:
         yield f"http://127.0.0.1:{port}/v1/eligible"
-
-
-class Blackhole:
-    """A TCP proxy to etcd that the test controls: `cut()` stops every byte in both
-    directions, connections held open (as a silent network partition does), new ones
-    accepted and left silent too."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.open = asyncio.Event()
-        self.open.set()
-        self.url = ""
-        self._server: asyncio.Server | None = None
-        self._closing = False
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    def cut(self) -> None:
-        self.open.clear()
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, OSError):
-            while data := await reader.read(65536):
-                await self.open.wait()  # cut: hold the bytes (and the connection) for ever
-                if self._closing:
-                    break
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        await self.open.wait()
-        if self._closing:
-            writer.close()
-            return
-        upstream_reader, upstream_writer = await asyncio.open_connection(
-            "127.0.0.1", self.target_port
-        )
-        self._writers.add(upstream_writer)
-        await asyncio.gather(
-            self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer)
-        )
-
-    async def __aenter__(self) -> Blackhole:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        self._closing = True
-        self.open.set()  # wakes every held pipe, which then ends
-        for writer in self._writers:
-            writer.close()
-        await self._server.wait_closed()
 
 
 async def candidate(

@@ -50,6 +50,7 @@ from bridge import __version__
 from bridge.actions.coordination.backend import EngineError, Unavailable
 from bridge.actions.coordination.elect_args import DEFAULT_ELIGIBLE_URL
 from bridge.actions.coordination.etcd import EtcdClient, b64, unb64
+from bridge.actions.coordination.lease_timing import Timing
 from bridge.actions.coordination.settings import Coordination
 from bridge.infra import platform
 from bridge.infra.http1 import Http1Client, TransportError
@@ -75,53 +76,6 @@ def settings_from(args: argparse.Namespace, configured: Coordination | None) -> 
             settings = msgspec.structs.replace(settings, endpoints=endpoints)
         return settings
     return validate(Coordination, {"endpoints": args.endpoint}, "--endpoint")
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """Every time limit of a leader, derived from the lease's TTL (seconds) so that the
-    command is gone before the lease can expire at etcd.
-
-    etcd counts a lease's TTL from when it *received* the last renewal, which is after we
-    *sent* it; so `sent + ttl` is the earliest the lease can expire, on any clock that runs
-    at the rate of etcd's. From the time the last successful renewal was sent:
-
-    - `renew_every` (ttl/3): the next renewal; a failed one is tried again after
-      `retry_pause` (ttl/12), each within `request_timeout` (ttl/6, at most the configured
-      `request_timeout`) and never past the deadline, so about three attempts fit.
-    - `deadline` (ttl - margin, margin = ttl/4): no renewal succeeded by then, leadership is
-      lost: the command gets SIGTERM...
-    - `kill_by` (ttl - margin/2): ...and SIGKILL if it still runs (its grace is `--grace`
-      or what is left until then, whichever is shorter), ttl/8 before the earliest expiry.
-
-    Every request made while leading (renew, resign, revoke) uses `request_timeout`. The
-    campaign is the exception: it waits, unbounded, to be elected.
-    """
-
-    ttl: float
-    configured_timeout: float = 5.0
-
-    @property
-    def margin(self) -> float:
-        return self.ttl / 4
-
-    @property
-    def renew_every(self) -> float:
-        return self.ttl / 3
-
-    @property
-    def retry_pause(self) -> float:
-        return self.ttl / 12
-
-    @property
-    def request_timeout(self) -> float:
-        return min(self.ttl / 6, self.configured_timeout)
-
-    def deadline(self, sent: float) -> float:
-        return sent + self.ttl - self.margin
-
-    def kill_by(self, sent: float) -> float:
-        return sent + self.ttl - self.margin / 2
 
 
 @dataclass(slots=True)
