@@ -186,7 +186,8 @@ async def test_an_etcd_restart_keeps_the_leader_and_the_hand_over_still_works(
 # `/v1/eligible` is stood in for by a loopback HTTP server that always answers 200 (these
 # tests are about holding the command, not about eligibility, which the tests above cover).
 # The command appends its own records to a file: `lead NAME PID GRANDCHILD TOKEN LEASE` when
-# it starts (after starting a grandchild that sleeps), `stop NAME PID` on SIGTERM.
+# it starts (after starting a grandchild that sleeps) with its environment's
+# MB_FENCING_TOKEN, MB_LEASE_ID and MB_LEADER_KEY, `stop NAME PID` on SIGTERM.
 
 RECORDER = """
 import os, signal, subprocess, sys, time
@@ -196,7 +197,8 @@ def stop(*_):
     log.write(f"stop {name} {os.getpid()}\\n"); log.flush(); sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 token, lease = os.environ["MB_FENCING_TOKEN"], os.environ["MB_LEASE_ID"]
-log.write(f"lead {name} {os.getpid()} {child.pid} {token} {lease}\\n"); log.flush()
+key = os.environ["MB_LEADER_KEY"]
+log.write(f"lead {name} {os.getpid()} {child.pid} {token} {lease} {key}\\n"); log.flush()
 while True:
     time.sleep(1)
 """
@@ -210,18 +212,36 @@ class Record:
     grandchild: int = 0
     token: int = 0
     lease: int = 0
+    key: str = ""
 
 
 def records(log: Path) -> list[Record]:
     out = []
     for line in lines(log):
-        what, name, *numbers = line.split()
-        out.append(Record(what, name, *map(int, numbers)))
+        what, name, *fields = line.split()
+        if what == "stop":
+            out.append(Record(what, name, int(fields[0])))
+            continue
+        pid, grandchild, token, lease = map(int, fields[:4])
+        out.append(Record(what, name, pid, grandchild, token, lease, fields[4]))
     return out
 
 
 def led(log: Path) -> list[Record]:
     return [record for record in records(log) if record.what == "lead"]
+
+
+def fenced_write(etcd: EtcdServer, leader: Record, value: str) -> bool:
+    """docs/coordination.md's fenced write: a put conditional on the leadership's key still
+    having been created at its fencing token; whether etcd took it."""
+    compare = {
+        "key": b64(leader.key),
+        "target": "CREATE",
+        "result": "EQUAL",
+        "create_revision": str(leader.token),
+    }
+    put = {"request_put": {"key": b64("/app/config"), "value": b64(value)}}
+    return bool(etcd.call("kv/txn", {"compare": [compare], "success": [put]}).get("succeeded"))
 
 
 def has_led(log: Path, count: int) -> bool:
@@ -377,6 +397,8 @@ async def test_three_hand_overs_give_three_strictly_increasing_fencing_tokens(
             (kv,) = etcd.call("kv/range", {"key": b64(key)})["kvs"]
             assert int(kv["create_revision"]) == leader.token
             assert int(kv["lease"]) == leader.lease
+            assert key == leader.key
+            assert fenced_write(etcd, leader, f"from {leader.token}")
             electors[leader.name].send_signal(signal.SIGTERM)  # hand over
             assert await asyncio.wait_for(electors[leader.name].wait(), 30) == 0
             await eventually(functools.partial(has_led, log, count), timeout=30)
@@ -385,6 +407,11 @@ async def test_three_hand_overs_give_three_strictly_increasing_fencing_tokens(
             started.append(electors[leader.name])
         tokens = [record.token for record in led(log)]
         assert tokens == sorted(set(tokens))  # strictly increasing, four leaderships
+        # Every deposed leader's fenced write is refused; the current one's is taken.
+        *deposed, current = led(log)
+        assert not any(fenced_write(etcd, old, "stale") for old in deposed)
+        assert fenced_write(etcd, current, "current")
+        assert etcd.keys("/app/config") == {"/app/config": "current"}
         assert [r.what for r in records(log)] == ["lead", "stop"] * 3 + ["lead"]
 
 
