@@ -1,6 +1,6 @@
 """The POSIX holder of a command that must not outlive the process that started it.
 
-`python -m bridge.infra.platform.watchdog COMMAND [ARG ...]` runs COMMAND as its child, in
+`python -I watchdog.py COMMAND [ARG ...]` (what `Posix.held` returns) runs COMMAND as its child, in
 its own process group (the watchdog's, made by the parent with `start_new_session`), and:
 
 - when its parent dies, however it dies (kill -9, the OOM killer), kills COMMAND and
@@ -22,7 +22,8 @@ What it cannot hold: a descendant that escapes both the group and the ancestry (
 fork outside Linux, where there is no subreaper), or a process handed to another service
 (systemd-run, at, a container runtime).
 
-Standard library only, and nothing of `bridge` imported: it starts in tens of milliseconds.
+Standard library only, and nothing of `bridge` imported (it is run as a file): it starts in
+about 20 ms.
 SIGTERM, SIGINT and SIGHUP are left to COMMAND: the parent signals the whole group, and the
 watchdog waits for COMMAND to act on it.
 """
@@ -150,11 +151,12 @@ def run(command: Sequence[str]) -> int:
 
 def main(argv: Sequence[str]) -> int:
     if not argv:
-        print("usage: python -m bridge.infra.platform.watchdog COMMAND [ARG ...]", file=sys.stderr)
+        print("usage: python -I watchdog.py COMMAND [ARG ...]", file=sys.stderr)
         return 2
     code = run(argv)
     if code < 0:  # killed by a signal: die of the same one, so the parent sees what happened
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
         return 128 - code
     return code
