@@ -187,7 +187,8 @@ async def test_an_etcd_restart_keeps_the_leader_and_the_hand_over_still_works(
 # tests are about holding the command, not about eligibility, which the tests above cover).
 # The command appends its own records to a file: `lead NAME PID GRANDCHILD TOKEN LEASE` when
 # it starts (after starting a grandchild that sleeps) with its environment's
-# MB_FENCING_TOKEN, MB_LEASE_ID and MB_LEADER_KEY, `stop NAME PID` on SIGTERM.
+# MB_FENCING_TOKEN, MB_LEASE_ID and MB_LEADER_KEY, `beat NAME PID` every 50 ms while it
+# runs, `stop NAME PID` on SIGTERM (or `ignore NAME PID` if told to be stubborn).
 
 RECORDER = """
 import os, signal, subprocess, sys, time
@@ -195,12 +196,15 @@ name, log = os.environ["NAME"], open(os.environ["LOG"], "a")
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 def stop(*_):
     log.write(f"stop {name} {os.getpid()}\\n"); log.flush(); sys.exit(0)
-signal.signal(signal.SIGTERM, stop)
+def ignore(*_):
+    log.write(f"ignore {name} {os.getpid()}\\n"); log.flush()
+signal.signal(signal.SIGTERM, ignore if os.environ.get("STUBBORN") else stop)
 token, lease = os.environ["MB_FENCING_TOKEN"], os.environ["MB_LEASE_ID"]
 key = os.environ["MB_LEADER_KEY"]
 log.write(f"lead {name} {os.getpid()} {child.pid} {token} {lease} {key}\\n"); log.flush()
 while True:
-    time.sleep(1)
+    time.sleep(0.05)
+    log.write(f"beat {name} {os.getpid()}\\n"); log.flush()
 """
 
 
@@ -215,11 +219,13 @@ class Record:
     key: str = ""
 
 
-def records(log: Path) -> list[Record]:
+def records(log: Path, *, beats: bool = False) -> list[Record]:
     out = []
     for line in lines(log):
         what, name, *fields = line.split()
-        if what == "stop":
+        if what == "beat" and not beats:
+            continue
+        if what != "lead":
             out.append(Record(what, name, int(fields[0])))
             continue
         pid, grandchild, token, lease = map(int, fields[:4])
@@ -266,7 +272,14 @@ async def always_eligible() -> AsyncIterator[str]:
 
 
 async def candidate(
-    name: str, endpoint: str, eligible: str, log: Path, *, ttl: int = 3
+    name: str,
+    endpoint: str,
+    eligible: str,
+    log: Path,
+    *,
+    ttl: int = 3,
+    grace: float = 5,
+    stubborn: bool = False,
 ) -> asyncio.subprocess.Process:
     """`elect` for candidate `name` of election `scheduler`, around RECORDER."""
     return await asyncio.create_subprocess_exec(
@@ -285,13 +298,13 @@ async def candidate(
         "--interval",
         "0.2",
         "--grace",
-        "5",
+        str(grace),
         "scheduler",
         "--",
         sys.executable,
         "-c",
         RECORDER,
-        env={**os.environ, "NAME": name, "LOG": str(log)},
+        env={**os.environ, "NAME": name, "LOG": str(log), "STUBBORN": "1" if stubborn else ""},
         start_new_session=True,
     )
 
@@ -380,6 +393,35 @@ async def test_a_leader_cut_off_from_etcd_stops_its_command_before_another_is_el
         # least 2/3 TTL after it, and nobody was elected meanwhile.
         assert elected_after >= 6 * 2 / 3 - 0.1
         assert started[0].returncode is None  # vm-0's elect lives on, a candidate again
+
+
+async def test_a_cut_off_leader_whose_command_ignores_sigterm_is_killed_before_another_leads(
+    etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """`--grace 60` is cut to the lease: the command is killed 7/8 TTL after the last
+    renewal sent, and its own heartbeats stop before the next leader's first record."""
+    log = tmp_path / "records.log"
+    async with (
+        Blackhole(etcd.client_port) as proxy,
+        always_eligible() as eligible,
+        candidates() as started,
+    ):
+        started.append(
+            await candidate("vm-0", proxy.url, eligible, log, ttl=6, grace=60, stubborn=True)
+        )
+        await eventually(lambda: len(led(log)) == 1, timeout=30)
+        started.append(await candidate("vm-1", etcd.url, eligible, log, ttl=6))
+        await eventually(lambda: len(etcd.keys(ELECTION)) == 2, timeout=30)
+        proxy.cut()
+        await eventually(lambda: len(led(log)) == 2, timeout=30)
+        first, _second = led(log)
+        assert not running(first)
+    trail = [(r.what, r.name) for r in records(log, beats=True)]
+    handed = trail.index(("lead", "vm-1"))
+    ignored = trail.index(("ignore", "vm-0"))
+    assert ignored < handed  # asked to stop at the deadline...
+    assert ("beat", "vm-0") in trail[ignored:handed]  # ...went on (it ignores SIGTERM)...
+    assert ("beat", "vm-0") not in trail[handed:]  # ...and was killed before vm-1 led
 
 
 async def test_three_hand_overs_give_three_strictly_increasing_fencing_tokens(

@@ -264,19 +264,17 @@ class Elector:
             if exited.done():
                 status = exited.result()
                 log.info("the command exited with status %d: resigning", status)
-                await self._end(process, tree)  # what it left running
+                await self._end(process, tree, renew)  # what it left running
                 await self._resign(leader)
                 return status
             if renew.done():
                 # Leadership is lost now, whatever etcd says later: stop by `kill_by`.
                 log.warning("leadership lost (%s): stopping the command", _why(renew))
-                kill_by = self.timing.kill_by(self._renewed_sent)
-                grace = max(0.0, kill_by - asyncio.get_running_loop().time())
-                await self._end(process, tree, min(self.grace, grace))
+                await self._end(process, tree, renew)
                 return 0 if self.stop.is_set() else None
             why = "a notice blocks" if blocked.done() and blocked.result() else "stopping"
             log.info("%s: stopping the command, then resigning", why)
-            await self._end(process, tree)
+            await self._end(process, tree, renew)
             await self._resign(leader)
             return 0 if self.stop.is_set() else None
         finally:
@@ -284,7 +282,7 @@ class Elector:
             exited.cancel()
             await asyncio.gather(exited, blocked, return_exceptions=True)
             if process.returncode is None:
-                await self._end(process, tree, 0.0)
+                await self._end(process, tree, grace=0.0)
 
     async def _start(self, leader: Leadership) -> tuple[asyncio.subprocess.Process, ProcessTree]:
         """The command, held (see the module docstring) and contained at once."""
@@ -295,23 +293,49 @@ class Elector:
         return process, self.system.contain(process.pid)
 
     async def _end(
-        self, process: asyncio.subprocess.Process, tree: ProcessTree, grace: float | None = None
+        self,
+        process: asyncio.subprocess.Process,
+        tree: ProcessTree,
+        renew: asyncio.Task[None] | None = None,
+        grace: float | None = None,
     ) -> None:
         """End the command and everything it started (its process group or Job Object):
-        terminate, kill after `grace` (default `--grace`), and what is left once it exited."""
+        terminate, kill after `grace` (default `--grace`), and what is left once it exited.
+        Should the lease be lost meanwhile (`renew` ends), the grace ends at `kill_by`."""
         try:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     tree.terminate()
-                try:
-                    await asyncio.wait_for(process.wait(), self.grace if grace is None else grace)
-                except TimeoutError:
+                if not await self._exits(process, renew, self.grace if grace is None else grace):
                     log.warning("the command did not stop in time: killing it")
             with contextlib.suppress(ProcessLookupError):
                 tree.kill()  # the rest of the tree, or all of it
             await process.wait()
         finally:
             tree.close()
+
+    async def _exits(
+        self, process: asyncio.subprocess.Process, renew: asyncio.Task[None] | None, grace: float
+    ) -> bool:
+        """Whether `process` exits within `grace`, cut to the lease's `kill_by` once `renew`
+        has ended (the lease is lost)."""
+        loop = asyncio.get_running_loop()
+        end_at = loop.time() + grace
+        exited = asyncio.ensure_future(process.wait())
+        try:
+            while not exited.done():
+                waiting: set[asyncio.Future[Any]] = {exited}
+                if renew is not None and renew.done():
+                    end_at = min(end_at, self.timing.kill_by(self._renewed_sent))
+                elif renew is not None:
+                    waiting.add(renew)
+                left = end_at - loop.time()
+                if left <= 0:
+                    return False
+                await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            return True
+        finally:
+            exited.cancel()
 
     async def _resign(self, leader: Leadership) -> None:
         with contextlib.suppress(Unavailable, EngineError, TimeoutError):
