@@ -333,7 +333,7 @@ class Budget:
         self.unrenewed += 1
         log.warning(
             "budget slot %s of %s held by %s for %s: its lease was not renewed by the local "
-            "deadline (%s); it expires at etcd within %gs, and another member may then take "
+            "deadline (%s); it may expire at etcd %gs from now, and another member then take "
             "it while this maintenance goes on",
             slot,
             group,
