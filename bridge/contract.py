@@ -47,6 +47,7 @@ HOOK_COMPLETED: Final = "io.maintenancebridge.hook.completed"
 TEST: Final = "io.maintenancebridge.test"
 HEARTBEAT: Final = "io.maintenancebridge.agent.heartbeat"
 BUDGET_RELEASED: Final = "io.maintenancebridge.budget.released"
+BUDGET_UNRENEWED: Final = "io.maintenancebridge.budget.unrenewed"
 
 ProviderName = Literal["gce", "azure", "aws"]
 KindName = Literal[
@@ -178,6 +179,26 @@ class BudgetReleasedData(TriggerData, frozen=True, kw_only=True):
     budget: HeldSlotData
 
 
+class UnrenewedSlotData(_Data, frozen=True, kw_only=True):
+    """`$defs/budget_unrenewed/properties/budget`: a held slot whose lease was not renewed by
+    the holder's local deadline (docs/coordination.md, "Time limits")."""
+
+    group: str
+    member: str
+    slot: str
+    acquired_at: Timestamp
+    unrenewed_at: Timestamp
+    lease_ttl_seconds: Annotated[float, msgspec.Meta(gt=0)]
+    reason: str
+
+
+class BudgetUnrenewedData(TriggerData, frozen=True, kw_only=True):
+    """`$defs/budget_unrenewed`: this VM can no longer count on its budget slot (the lease
+    may expire and another member take the slot) while the notice that holds it is in force."""
+
+    budget: UnrenewedSlotData
+
+
 class TestData(_Data, frozen=True, kw_only=True, omit_defaults=True):
     """`$defs/test`: a test event sent on request; consumers may drop it."""
 
@@ -207,6 +228,7 @@ EventData = (
     | ApprovedData
     | HookCompletedData
     | BudgetReleasedData
+    | BudgetUnrenewedData
     | TestData
     | HeartbeatData
 )
@@ -219,6 +241,7 @@ DATA_TYPES: Final[Mapping[str, type[EventData]]] = {
     TEST: TestData,
     HEARTBEAT: HeartbeatData,
     BUDGET_RELEASED: BudgetReleasedData,
+    BUDGET_UNRENEWED: BudgetUnrenewedData,
 }
 #: The `$defs` entry of each data Struct (what the drift test compares).
 SCHEMA_DEFS: Final[Mapping[type[_Data], str]] = {
@@ -231,6 +254,7 @@ SCHEMA_DEFS: Final[Mapping[type[_Data], str]] = {
     HeartbeatData: "heartbeat",
     BudgetData: "budget",
     BudgetReleasedData: "budget_released",
+    BudgetUnrenewedData: "budget_unrenewed",
 }
 
 

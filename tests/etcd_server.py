@@ -5,12 +5,15 @@ its own process group so it can be stopped, killed with -9 and restarted on the 
 and data (what the outage tests need). When the binary is missing the set-up installs the
 package with apt-get if it runs as root; otherwise the tests skip, and fail under `CI=true`.
 
+`Blackhole` is a TCP proxy in front of it that a test can cut silently (a partition).
+
 `history` reads etcd's own record: the keys under a prefix at every revision, which is
 how the tests check that no more than `budget` slots were ever held at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -221,6 +224,62 @@ class EtcdServer:
     def history(self, prefix: str) -> list[dict[str, str]]:
         """The keys under `prefix` at every revision of the store (it is never compacted)."""
         return [self.keys(prefix, rev) for rev in range(1, self.revision() + 1)]
+
+
+class Blackhole:
+    """A TCP proxy to etcd that the test controls: `cut()` stops every byte in both
+    directions, connections held open (as a silent network partition does), new ones
+    accepted and left silent too."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.open = asyncio.Event()
+        self.open.set()
+        self.url = ""
+        self._server: asyncio.Server | None = None
+        self._closing = False
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    def cut(self) -> None:
+        self.open.clear()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                await self.open.wait()  # cut: hold the bytes (and the connection) for ever
+                if self._closing:
+                    break
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        await self.open.wait()
+        if self._closing:
+            writer.close()
+            return
+        upstream_reader, upstream_writer = await asyncio.open_connection(
+            "127.0.0.1", self.target_port
+        )
+        self._writers.add(upstream_writer)
+        await asyncio.gather(
+            self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer)
+        )
+
+    async def __aenter__(self) -> Blackhole:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self._closing = True
+        self.open.set()  # wakes every held pipe, which then ends
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge import contract
-from bridge.actions.audit import APPROVED, BUDGET_RELEASED, HOOK_COMPLETED
+from bridge.actions.audit import APPROVED, BUDGET_RELEASED, BUDGET_UNRENEWED, HOOK_COMPLETED
 from bridge.actions.coordination.budget import Budget, build, group_of
 from bridge.actions.coordination.settings import Coordination
 from bridge.config import ConfigError, parse_config
@@ -32,7 +32,7 @@ from bridge.simulator import Simulator
 from bridge.surface import metrics
 from bridge.surface.doctor import Doctor
 from bridge.surface.health import HealthMonitor
-from tests.etcd_server import EtcdServer
+from tests.etcd_server import Blackhole, EtcdServer
 from tests.etcd_server import etcd as etcd
 from tests.sinks.test_webhook import self_signed
 from tests.support import (
@@ -613,3 +613,64 @@ async def test_a_restarted_holder_takes_its_own_slot_over_while_its_notice_is_in
             await eventually(lambda: etcd.keys(SLOTS) == {})
     assert text(log).count("vm-0 start") == 1
     assert max_holders(etcd) == (1, ["vm-0"])
+
+
+async def test_a_holder_cut_off_from_etcd_reports_its_slot_unrenewed_before_another_takes_it(
+    azure_sim: Simulator, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """vm-0 holds the slot for a maintenance that cannot be stopped (its hook still runs)
+    when its traffic to etcd is blackholed. What is guaranteed: vm-0 reports it (log,
+    metric, a `budget.unrenewed` audit event) at its local deadline, before the lease can
+    expire and vm-1 take the slot. What is not: vm-1 then drains while vm-0's maintenance
+    goes on (two at once), which the docs say."""
+    log = tmp_path / "drains.log"
+    async with (
+        Blackhole(etcd.client_port) as proxy,
+        AzureGroup(azure_sim, ["vm-0", "vm-1"]) as group,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        runs = {}
+        for name, endpoint, seconds in (("vm-0", proxy.url, 8.0), ("vm-1", etcd.url, 0.3)):
+            settings = {
+                "coordination": coordination(etcd, endpoints=[endpoint]),
+                "hooks": [drain_hook(log, seconds)],
+            }
+            runs[name] = await stack.enter_async_context(
+                running_bridge(
+                    azure_sim,
+                    tmp_path / name,
+                    AZURE,
+                    sink=CheckedSink(name),
+                    settings=settings,
+                    azure={"imds_url": group.imds_url(name)},
+                )
+            )
+        azure_sim.azure.add_event(event_type="Reboot", resources=["vm-0"])
+        await eventually(lambda: "vm-0 start" in text(log), timeout=30)
+        assert list(etcd.keys(SLOTS).values()) == ["vm-0"]
+        azure_sim.azure.add_event(event_type="Reboot", resources=["vm-1"])
+        await eventually(lambda: budget_of(runs["vm-1"]).waiting == 1)
+
+        proxy.cut()
+        (unrenewed,) = await runs["vm-0"].sink.wait_for_type(BUDGET_UNRENEWED, timeout=TTL)
+        assert budget_of(runs["vm-0"]).unrenewed == 1
+        assert "vm-1 start" not in text(log)  # reported before the slot could be taken
+        budget = unrenewed["data"]["budget"]
+        assert budget["member"] == "vm-0"
+        assert budget["slot"] == f"{SLOTS}slot-0"
+        assert budget["lease_ttl_seconds"] == TTL
+        assert "not renewed within" in budget["reason"]
+        monitor = HealthMonitor()
+        monitor.attach(runs["vm-0"].bridge)
+        families = {
+            f.name: f for f in text_string_to_metric_families(await metrics.render(monitor))
+        }
+        (sample,) = families["maintenance_bridge_coordination_slots_unrenewed"].samples
+        assert sample.value == 1
+
+        # Not guaranteed: once the lease expired, vm-1 takes the slot while vm-0's hook
+        # (its maintenance) still runs.
+        await eventually(lambda: "vm-1 start" in text(log), timeout=TTL + 5)
+        assert "vm-0 end" not in text(log)
+        (completed,) = await runs["vm-1"].sink.wait_for_type(HOOK_COMPLETED, timeout=10)
+        assert completed["data"]["budget"]["acquired_at"] > budget["unrenewed_at"]

@@ -195,6 +195,9 @@ class RecordingWin32:
         self.calls.append(("create_job", pid))
         return f"job-of-{pid}" if self.jobs else None
 
+    def jobs_available(self) -> bool:
+        return self.jobs
+
     def ctrl_break(self, pid: int) -> None:
         self.calls.append(("ctrl_break", pid))
 

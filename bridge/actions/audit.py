@@ -33,6 +33,7 @@ HOOK_COMPLETED: Final = contract.HOOK_COMPLETED
 APPROVED: Final = contract.APPROVED
 TEST: Final = contract.TEST
 BUDGET_RELEASED: Final = contract.BUDGET_RELEASED
+BUDGET_UNRENEWED: Final = contract.BUDGET_UNRENEWED
 HookOutcomeName = Literal["succeeded", "failed", "timed-out", "skipped", "interrupted"]
 #: Who approves for a group (`approval.leader`, when it is not `none`).
 Leader = Literal["sorted-first", "self"]
@@ -192,6 +193,19 @@ def budget_released(
     data = contract.BudgetReleasedData(**trigger._fields(), budget=budget)
     id_ = _audit_id(trigger.source, BUDGET_RELEASED, trigger.event_id)
     return _event(trigger, BUDGET_RELEASED, id_, at, data)
+
+
+def budget_unrenewed(
+    trigger: Trigger, budget: contract.UnrenewedSlotData, at: datetime
+) -> contract.Event:
+    """`io.maintenancebridge.budget.unrenewed`: this VM could not renew its budget slot's
+    lease by its local deadline while `trigger`'s notice holds it (another member may take
+    the slot once the lease expires; the maintenance goes on). One per notice and deadline."""
+    data = contract.BudgetUnrenewedData(**trigger._fields(), budget=budget)
+    id_ = _audit_id(
+        trigger.source, BUDGET_UNRENEWED, trigger.notice_id, budget.unrenewed_at.isoformat()
+    )
+    return _event(trigger, BUDGET_UNRENEWED, id_, at, data)
 
 
 def test_event(

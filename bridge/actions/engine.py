@@ -44,7 +44,7 @@ from bridge.pipeline.spool import Action, NewEvent, Spool, SpoolError
 from bridge.pipeline.typed_events import as_object, encode, maintenance
 
 if TYPE_CHECKING:
-    from bridge.actions.coordination.budget import Budget, Grant
+    from bridge.actions.coordination.budget import Budget, Grant, Unrenewed
 
 log = logging.getLogger("bridge.actions")
 
@@ -156,6 +156,9 @@ class Actions:
             from bridge.actions.coordination.budget import build
 
             self.budget = build(config.coordination)
+            self.budget.on_unrenewed = self._budget_unrenewed
+        #: The maintenance event each notice took its slot for (the audit events' trigger).
+        self._triggers: dict[str, audit.Trigger] = {}
         self._ended: set[str] = set()
         self._budget_tasks: set[asyncio.Task[Any]] = set()
 
@@ -229,6 +232,7 @@ class Actions:
             if maintenance(event).status in ("completed", "cancelled"):
                 chain = _chain(event)
                 self._ended.add(chain)
+                self._triggers.pop(chain, None)
                 released = self.budget.release(chain) if self.budget is not None else None
                 if released is not None:
                     audit_event = audit.budget_released(
@@ -493,6 +497,7 @@ class Actions:
         wanted: Callable[[], bool],
     ) -> Grant:
         assert self.budget is not None
+        self._triggers.setdefault(_chain(event), audit.Trigger.of(event))
         return await self.budget.take(
             _chain(event),
             maintenance(event).instance,
@@ -500,6 +505,14 @@ class Actions:
             deadline=deadline,
             wanted=wanted,
         )
+
+    def _budget_unrenewed(self, slot: Unrenewed) -> None:
+        """A held slot's lease was not renewed in time: one audit event per notice holding it."""
+        for chain in sorted(slot.notices):
+            trigger = self._triggers.get(chain)
+            if trigger is not None:
+                event = audit.budget_unrenewed(trigger, slot.as_data(), self._clock())
+                self._track(self._commit([event], {}), "budget-unrenewed")
 
     async def _resume_budget(self, rows: Sequence[tuple[Action, Planned]]) -> None:
         """Take again the slots of notices still in force whose disruptive action had

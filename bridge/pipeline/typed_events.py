@@ -45,7 +45,13 @@ _AUDIT_ORDER: Final = (
     "time",
 )
 AUDIT_TYPES: Final = frozenset(
-    (contract.APPROVED, contract.HOOK_COMPLETED, contract.BUDGET_RELEASED, contract.TEST)
+    (
+        contract.APPROVED,
+        contract.HOOK_COMPLETED,
+        contract.BUDGET_RELEASED,
+        contract.BUDGET_UNRENEWED,
+        contract.TEST,
+    )
 )
 
 

@@ -13,6 +13,8 @@ sidecar's `run` path stays as lean as without it.
 - `backend`: what the bridge needs of an engine (the interface a second engine implements).
 - `etcd`: the etcd v3 client (the JSON gateway over bridge/infra/http1.py) and the etcd backend.
 - `budget`: the policy the actions engine calls: wait for a slot, time out, hold, release.
+- `lease_timing`: the renewal, timeout and deadline rules of every lease holder (a slot's,
+  `elect`'s leader), derived from the TTL.
 - `elect`: `maintenance-bridge elect`, an etcd election that never leads on a VM about to
-  go away.
+  go away, whose command never outlives it nor its lease, with a fencing token.
 """

@@ -7,6 +7,7 @@ policy (waiting, deadlines, `on_unavailable`, metrics, audit) is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +32,10 @@ class Holder:
 class Backend(Protocol):
     """A group's semaphore. Slots are tied to the process's lease: if the process dies or
     stays away longer than the lease's time to live, its slots free themselves."""
+
+    #: Called with (group, why) for a held slot whose lease was not renewed by the local
+    #: deadline (`lease_timing.Timing`): from then on another member may take it.
+    on_unrenewed: Callable[[str, str], None]
 
     async def acquire(self, group: str, member: str, budget: int) -> Holder | None:
         """Take a slot of `group` for `member`, or None when `budget` slots are taken by

@@ -137,6 +137,33 @@ class Released:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Unrenewed:
+    """A held slot whose lease was not renewed by the local deadline (`Timing`), and the
+    notices holding it: what the log, the metric and the audit events report."""
+
+    group: str
+    member: str
+    slot: str
+    notices: frozenset[str]
+    acquired_at: datetime
+    unrenewed_at: datetime
+    lease_ttl: float
+    reason: str
+
+    def as_data(self) -> contract.UnrenewedSlotData:
+        """The `budget` object of a `budget.unrenewed` audit event."""
+        return contract.UnrenewedSlotData(
+            group=self.group,
+            member=self.member,
+            slot=self.slot,
+            acquired_at=self.acquired_at.astimezone(UTC),
+            unrenewed_at=self.unrenewed_at.astimezone(UTC),
+            lease_ttl_seconds=self.lease_ttl,
+            reason=self.reason,
+        )
+
+
 class Budget:
     """Slots held for notices, on top of a `Backend` (see the module docstring)."""
 
@@ -158,6 +185,10 @@ class Budget:
         self.waiting = 0
         #: The engine's last answer: (ok, detail, when), for /readyz.
         self.last_contact: tuple[bool, str, float] | None = None
+        #: Held slots whose lease was not renewed by the local deadline, and who is told.
+        self.unrenewed = 0
+        self.on_unrenewed: Callable[[Unrenewed], None] = lambda _slot: None
+        backend.on_unrenewed = self._unrenewed
 
     @property
     def held(self) -> int:
@@ -297,6 +328,38 @@ class Budget:
             self.wait_seconds[action] = self.wait_seconds.get(action, 0.0) + waited
         return Grant(outcome, group, member, waited, at, slot)
 
+    def _unrenewed(self, group: str, why: str) -> None:
+        """The backend could not renew the slot of `group` by the local deadline: report it.
+        The maintenance cannot be stopped; what it means is in docs/coordination.md."""
+        hold = self._holds.get(group)
+        if hold is None:
+            return
+        member, notices, acquired_at, slot = hold
+        self.unrenewed += 1
+        log.warning(
+            "budget slot %s of %s held by %s for %s: its lease was not renewed by the local "
+            "deadline (%s); it may expire at etcd %gs from now, and another member then take "
+            "it while this maintenance goes on",
+            slot,
+            group,
+            member,
+            ", ".join(sorted(notices)),
+            why,
+            self.settings.lease_ttl / 4,
+        )
+        self.on_unrenewed(
+            Unrenewed(
+                group,
+                member,
+                slot,
+                frozenset(notices),
+                acquired_at,
+                self._clock(),
+                float(self.settings.lease_ttl),
+                why,
+            )
+        )
+
     def release(self, notice: str) -> Released | None:
         """`notice` completed or was cancelled: give its slot back once no notice holds it;
         what was given back, if anything (for the audit event)."""
@@ -425,8 +488,16 @@ class Budget:
             PREFIX + "coordination_slots_lost_total",
             "counter",
             "Held slots found gone (the lease expired while etcd could not be reached) and not "
-            "taken back because others held the whole self.",
+            "taken back because others held the whole budget.",
             [({}, self.backend.lost)],
+        )
+        out.add(
+            PREFIX + "coordination_slots_unrenewed_total",
+            "counter",
+            "Held slots whose lease was not renewed by the local deadline (3/4 of lease_ttl "
+            "after the last renewal sent): another member may take them while the maintenance "
+            "goes on.",
+            [({}, self.unrenewed)],
         )
         contact = self.last_contact
         out.add(

@@ -9,13 +9,25 @@ from typing import Final
 DEFAULT_ELIGIBLE_URL: Final = "http://127.0.0.1:9787/v1/eligible"
 
 
+def _ttl(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if not 2 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{value}: must be 2 to 3600 seconds (etcd's minimum)")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("election", help="the election's name (shared by every candidate)")
     parser.add_argument(
         "program",
         nargs=argparse.REMAINDER,
         metavar="-- COMMAND [ARG ...]",
-        help="the command to run while leader (after --)",
+        help="the command to run while leader (after --); it and everything it starts end "
+        "with elect, however elect ends. Its environment: MB_ELECTION, MB_LEADER_KEY, "
+        "MB_FENCING_TOKEN (strictly increases with every new leadership), MB_LEASE_ID",
     )
     parser.add_argument(
         "--endpoint",
@@ -31,7 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--value", default="", help="this candidate's name in etcd (default: the host name)"
     )
-    parser.add_argument("--ttl", type=int, default=10, help="lease seconds (default: 10)")
+    parser.add_argument(
+        "--ttl",
+        type=_ttl,
+        default=10,
+        help="lease seconds, 2 to 3600 (default: 10); a leader that cannot renew its lease "
+        "stops its command 3/4 of a TTL after the last renewal it sent (SIGKILL by 7/8), "
+        "before another can be elected",
+    )
     parser.add_argument(
         "--interval",
         type=float,

@@ -31,13 +31,14 @@ import contextlib
 import json
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import certifi
 
 from bridge import __version__
 from bridge.actions.coordination.backend import EngineError, Holder, Unavailable
+from bridge.actions.coordination.lease_timing import Timing
 from bridge.actions.coordination.settings import Coordination
 from bridge.infra.http1 import Http1Client, TransportError, public_cas
 
@@ -212,14 +213,14 @@ class EtcdClient:
         answer = await self.call("lease/grant", {"TTL": str(ttl)})
         return int(answer["ID"])
 
-    async def keepalive(self, lease: int) -> int:
+    async def keepalive(self, lease: int, *, timeout: float | None = None) -> int:
         """Renew `lease`; its new time to live, 0 when it no longer exists."""
-        answer = await self.call("lease/keepalive", {"ID": str(lease)})
+        answer = await self.call("lease/keepalive", {"ID": str(lease)}, timeout=timeout)
         return int((answer.get("result") or {}).get("TTL") or 0)
 
-    async def revoke(self, lease: int) -> None:
+    async def revoke(self, lease: int, *, timeout: float | None = None) -> None:
         with contextlib.suppress(EngineError):  # already gone: what revoking wanted
-            await self.call("lease/revoke", {"ID": str(lease)})
+            await self.call("lease/revoke", {"ID": str(lease)}, timeout=timeout)
 
     async def version(self) -> str:
         """The server's version, from its `/version` document (a GET, outside `/v3`)."""
@@ -249,8 +250,11 @@ class EtcdBackend:
     """The budget's semaphore in etcd (see the module docstring), on one lease per process.
 
     The lease is granted with the first slot, renewed every `lease_ttl / 3` seconds while a
-    slot is held and revoked when the last one is released. If etcd reports the lease gone
-    (it expired while etcd was unreachable), the slots still wanted are taken again.
+    slot is held and revoked when the last one is released. Renewals follow `Timing`: when
+    none succeeded by the local deadline, `on_unrenewed` is called for every held slot
+    (another member may take it from when the lease can expire), and renewals go on. If
+    etcd reports the lease gone (it expired while etcd was unreachable), the slots still
+    wanted are taken again.
     """
 
     def __init__(self, settings: Coordination, client: EtcdClient | None = None) -> None:
@@ -262,6 +266,12 @@ class EtcdBackend:
         self._renewer: asyncio.Task[None] | None = None
         self._lost = 0
         self.renew_failures = 0
+        #: How many times the local deadline passed without a renewal (see `Timing`).
+        self.unrenewed = 0
+        #: Loop time the last successful renewal (or the grant) was sent.
+        self._renewed_sent = 0.0
+        #: Called with (group, why) for each slot held when the local deadline passes.
+        self.on_unrenewed: Callable[[str, str], None] = lambda _group, _why: None
 
     @property
     def lost(self) -> int:
@@ -269,7 +279,9 @@ class EtcdBackend:
 
     async def _ensure_lease(self) -> int:
         if self._lease is None:
+            sent = asyncio.get_running_loop().time()
             self._lease = await self.client.grant(self._settings.lease_ttl)
+            self._renewed_sent = sent
             log.debug("granted lease %x (ttl %ds)", self._lease, self._settings.lease_ttl)
         if self._renewer is None or self._renewer.done():
             self._renewer = asyncio.create_task(self._renew(), name="coordination:lease")
@@ -346,24 +358,46 @@ class EtcdBackend:
         return f"{version}, {int(answer.get('count') or 0)} key(s) under {prefix}"
 
     async def _renew(self) -> None:
-        """Keep the lease alive; take the slots again if it expired meanwhile."""
-        interval = self._settings.lease_ttl / 3
+        """Keep the lease alive by `Timing`'s rules; report the held slots when the local
+        deadline passes without a renewal; take the slots again if the lease expired."""
+        loop = asyncio.get_running_loop()
+        timing = Timing(float(self._settings.lease_ttl), self._settings.request_timeout)
+        due = self._renewed_sent + timing.renew_every
+        reported = False
         while True:
-            await asyncio.sleep(interval)
+            deadline = timing.deadline(self._renewed_sent)
+            await asyncio.sleep(max(0.0, (due if reported else min(due, deadline)) - loop.time()))
             lease = self._lease
             if lease is None:
                 return
+            now = loop.time()
+            if now >= deadline and not reported:
+                reported = True
+                self.unrenewed += 1
+                why = f"not renewed within {deadline - self._renewed_sent:g}s"
+                for group in list(self._held):
+                    self.on_unrenewed(group, why)
+            limit = timing.request_timeout
+            if not reported:
+                limit = min(limit, deadline - now)
             try:
-                ttl = await self.client.keepalive(lease)
-            except (Unavailable, EngineError) as exc:
+                async with asyncio.timeout(limit):
+                    ttl = await self.client.keepalive(lease, timeout=limit)
+            except (Unavailable, EngineError, TimeoutError) as exc:
                 self.renew_failures += 1
                 log.warning(
-                    "cannot renew the coordination lease (slots expire in <= %ds): %s",
-                    self._settings.lease_ttl,
-                    exc,
+                    "cannot renew the coordination lease (slots count as lost in %.1fs): %s",
+                    max(0.0, deadline - loop.time()),
+                    exc or "no answer",
                 )
+                due = loop.time() + timing.retry_pause
                 continue
             if ttl > 0:
+                if reported:
+                    log.warning("the coordination lease is renewed again: no slot was lost")
+                    reported = False
+                self._renewed_sent = now
+                due = now + timing.renew_every
                 continue
             log.warning("the coordination lease expired: taking the held slot(s) again")
             async with self._lock:
@@ -378,6 +412,9 @@ class EtcdBackend:
                     if holder is None:
                         self._lost += 1
                         log.warning("slot of %s lost: others hold the whole budget", group)
+            # On the new lease, if a slot was taken again (this task renews it); else none.
+            reported = False
+            due = self._renewed_sent + timing.renew_every
 
     async def aclose(self) -> None:
         if self._renewer is not None:

@@ -12,7 +12,7 @@ POSIX-only call cannot hide on a Windows path (`mypy --platform win32` checks th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,6 +61,12 @@ class Platform(Protocol):
 
     def contain(self, pid: int) -> ProcessTree:
         """The tree of the hook just started as `pid` (with `spawn_options`)."""
+
+    def held(self, command: Sequence[str]) -> list[str]:
+        """The command line that runs `command` so that it, and everything it starts, ends
+        when this process ends, however it ends (started with `spawn_options`, then
+        `contain`ed). POSIX: behind a watchdog (`watchdog.py`); Windows: as is, its Job
+        Object kills on close. Raises `RuntimeError` saying why where it cannot be held."""
 
     def powershell(self) -> str:
         """The PowerShell executable that runs `.ps1` hooks."""

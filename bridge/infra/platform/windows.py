@@ -20,7 +20,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
@@ -44,6 +44,9 @@ class Win32(Protocol):
 
     def create_job(self, pid: int) -> object | None:
         """A Job Object (kill on close) holding process `pid`; None without pywin32."""
+
+    def jobs_available(self) -> bool:
+        """Whether Job Objects can be made (pywin32 is installed)."""
 
     def ctrl_break(self, pid: int) -> None:
         """Send Ctrl+Break to the console process group `pid`."""
@@ -105,6 +108,17 @@ class Windows:
 
     def contain(self, pid: int) -> JobTree:
         return JobTree(self.api, pid, self.api.create_job(pid))
+
+    def held(self, command: Sequence[str]) -> list[str]:
+        """`command` as is: `contain` puts it in a Job Object with kill-on-close whose only
+        handle is this process's (not inherited), so when this process ends, however it
+        ends, the system closes the handle and kills every process of the job."""
+        if not self.api.jobs_available():
+            raise RuntimeError(
+                "a command that must end with this process needs a Job Object: "
+                "pip install 'maintenance-bridge[windows]' (pywin32)"
+            )
+        return list(command)
 
     def powershell(self) -> str:
         return "powershell.exe"  # Windows PowerShell 5.1, part of every Windows Server
@@ -181,6 +195,15 @@ class PyWin32:
                 return None
             return cast(object, job)
         return None
+
+    def jobs_available(self) -> bool:
+        if sys.platform == "win32":
+            try:
+                import win32job  # noqa: F401
+            except ImportError:
+                return False
+            return True
+        return False
 
     def ctrl_break(self, pid: int) -> None:
         if sys.platform == "win32":
