@@ -20,6 +20,7 @@ import pytest
 from packaging.version import Version
 
 from bridge import contract
+from bridge.infra import platform as platforms
 from bridge.infra.buildinfo import (
     RELEASE,
     build_module,
@@ -106,7 +107,7 @@ def test_version_prints_the_build_the_schema_and_the_platform() -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == f"maintenance-bridge {version()}"
     assert lines[1] == f"event schema {contract.SCHEMA_VERSION} ({contract.SCHEMA_URI})"
-    assert lines[2].startswith(f"platform {sys.platform} ")
+    assert lines[2].startswith(f"platform {platforms.name()} ")
     assert done.stdout == describe()
 
 

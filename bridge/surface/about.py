@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bridge import contract
+from bridge.infra import platform as platforms
 from bridge.infra.buildinfo import NAME, version
 
 
@@ -22,7 +23,7 @@ def describe() -> str:
     return (
         f"{NAME} {version()}\n"
         f"event schema {contract.SCHEMA_VERSION} ({contract.SCHEMA_URI})\n"
-        f"platform {sys.platform} {platform.machine()}, {python}\n"
+        f"platform {platforms.name()} {platform.machine()}, {python}\n"
     )
 
 

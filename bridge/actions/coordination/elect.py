@@ -46,13 +46,13 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from bridge import __version__
 from bridge.actions.coordination.backend import EngineError, Unavailable
 from bridge.actions.coordination.elect_args import DEFAULT_ELIGIBLE_URL
 from bridge.actions.coordination.etcd import EtcdClient, b64, unb64
 from bridge.actions.coordination.lease_timing import Timing
 from bridge.actions.coordination.settings import Coordination
 from bridge.infra import platform
+from bridge.infra.buildinfo import user_agent
 from bridge.infra.http1 import Http1Client, TransportError
 from bridge.infra.platform.base import Platform, ProcessTree
 
@@ -128,7 +128,7 @@ class Elector:
         self.interval = interval
         self.grace = grace
         self._eligibility = Http1Client(
-            eligible_url, timeout=max(interval, 2.0), user_agent=f"maintenance-bridge/{__version__}"
+            eligible_url, timeout=max(interval, 2.0), user_agent=user_agent()
         )
         self.stop = asyncio.Event()
         #: Loop time the last successful renewal (or the grant) was sent.

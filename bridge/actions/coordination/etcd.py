@@ -36,10 +36,10 @@ from typing import Any, Final
 
 import certifi
 
-from bridge import __version__
 from bridge.actions.coordination.backend import EngineError, Holder, Unavailable
 from bridge.actions.coordination.lease_timing import Timing
 from bridge.actions.coordination.settings import Coordination
+from bridge.infra.buildinfo import user_agent
 from bridge.infra.http1 import Http1Client, TransportError, public_cas
 
 log = logging.getLogger("bridge.coordination")
@@ -98,7 +98,7 @@ class EtcdClient:
             Http1Client(
                 url,
                 timeout=settings.request_timeout,
-                user_agent=f"maintenance-bridge/{__version__}",
+                user_agent=user_agent(),
                 headers={"Content-Type": "application/json"},
                 ssl_context=context,
             )

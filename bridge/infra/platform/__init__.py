@@ -36,6 +36,11 @@ def is_windows() -> bool:
     return sys.platform == "win32"
 
 
+def name() -> str:
+    """The platform as Python names it (`linux`, `win32`, `darwin`): what `--version` shows."""
+    return sys.platform
+
+
 @functools.cache
 def current() -> Platform:
     if sys.platform != "win32":
