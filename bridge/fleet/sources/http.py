@@ -32,6 +32,7 @@ from typing import Final
 from aiohttp import web
 
 from bridge import contract
+from bridge.fleet import bounds
 from bridge.fleet.config import HttpSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth, classify
 from bridge.fleet.store import Accepted, Refused, StoreError
@@ -116,7 +117,7 @@ class HttpSource:
         """The structured JSON of each event in the request; `ContractError` if unreadable."""
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type == BATCH:
-            return contract.split_batch(body)
+            return bounds.split_batch(body)
         if content_type == STRUCTURED:
             return [body]
         if "ce-specversion" in request.headers:
