@@ -224,3 +224,33 @@ async def test_readyz_is_not_ready_while_the_store_cannot_commit(tmp_path: Path)
         assert not store["ok"]
         assert "commit" in store["detail"]
         assert (await http.get("/healthz")).status_code == 200
+
+
+async def test_an_event_the_store_itself_refuses_is_refused_alone(store_url: str) -> None:
+    """Past the bounds check (a value it missed): the store's refusal of one event ends the
+    transaction, the batch is committed event by event and only that one is refused."""
+    from bridge import contract
+    from bridge.fleet.metrics import IngestStats
+    from bridge.fleet.service import build_store
+    from bridge.fleet.sources.base import Ingestor
+    from bridge.fleet.store import Accepted
+
+    now = datetime.now(UTC)
+    web = gce_vm("web-1")
+    good = transition(web, "g-1", Status.SCHEDULED, now, not_before=now)
+    unstorable = poison(now)["spool_depth past 2^63"]  # the contract admits it
+    store = build_store(store_url)
+    await store.open()
+    try:
+        ingestor = Ingestor(store, IngestStats())
+        items = [Accepted(contract.from_cloudevent(b), b) for b in (unstorable, good)]
+        result = await ingestor.commit("http", items, checkpoints={"0": "2"})
+        assert (result.accepted, result.invalid) == (1, 1)
+        (rejected,) = await store.rejected()
+        assert "cannot keep this event" in rejected["reason"]
+        assert await store.checkpoints("http") == {"0": "2"}
+        later = heartbeat(web, now)
+        again = await ingestor.commit("http", [Accepted(contract.from_cloudevent(later), later)])
+        assert again.accepted == 1
+    finally:
+        await store.close()
