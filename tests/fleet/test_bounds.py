@@ -49,10 +49,16 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @asynccontextmanager
 async def fleet_process(
-    tmp_path: Path, store_url: str, file_size: int | None = None
+    tmp_path: Path,
+    store_url: str,
+    file_size: int | None = None,
+    files: int | None = None,
+    fixed_files: bool = False,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """`maintenance-bridge fleet` on a free port, ready; `file_size` caps every file it writes
-    (RLIMIT_FSIZE: a write past it fails as on a full disk; Python ignores SIGXFSZ)."""
+    (RLIMIT_FSIZE: a write past it fails as on a full disk; Python ignores SIGXFSZ); `files`
+    is its soft open-file limit at start (the common default is 1,024), and its hard one too
+    when `fixed_files` (a limit it cannot raise)."""
     port = free_port()
     config = tmp_path / "fleet.toml"
     config.write_text(
@@ -65,6 +71,11 @@ async def fleet_process(
             import resource
 
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+        if sys.platform != "win32" and files is not None:
+            import resource
+
+            hard = files if fixed_files else resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (files, hard))
 
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -254,3 +265,39 @@ async def test_an_event_the_store_itself_refuses_is_refused_alone(store_url: str
         assert again.accepted == 1
     finally:
         await store.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX")
+@pytest.mark.parametrize("fixed", [False, True], ids=["limit-raised", "limit-fixed"])
+async def test_health_is_served_among_1100_clients_that_never_finish_their_headers(
+    tmp_path: Path, fixed: bool
+) -> None:
+    """Raised: the service lifts its soft file limit; fixed (it cannot): each new connection
+    past the cap closes the oldest one still waiting for its headers."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the hard open-file limit ({hard}) leaves no room for 1,100 clients")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    slow: list[asyncio.StreamWriter] = []
+    try:
+        url = f"sqlite://{tmp_path / 'f.sqlite3'}"
+        async with fleet_process(tmp_path, url, files=1024, fixed_files=fixed) as http:
+            port = http.base_url.port
+            for _ in range(1100):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET /healthz HTTP/1.1\r\nHost: x")  # and never the rest
+                slow.append(writer)
+            await asyncio.gather(*(w.drain() for w in slow))
+            # New connections, as a health probe and a sidecar open them.
+            async with httpx.AsyncClient(base_url=http.base_url, timeout=5) as probe:
+                assert (await probe.get("/healthz")).status_code == 200
+            beat = heartbeat(gce_vm("web-1"), datetime.now(UTC))
+            async with httpx.AsyncClient(base_url=http.base_url, timeout=5) as sidecar:
+                posted = await sidecar.post("/v1/events", content=beat, headers=STRUCTURED)
+                assert posted.status_code == 200
+    finally:
+        for writer in slow:
+            writer.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
