@@ -15,6 +15,7 @@
   CloudEvents batch (`application/cloudevents-batch+json`), the exact bytes received; the
   next page's cursor is in `Fleet-Next-Cursor` and a `Link: <...>; rel="next"` header.
 - `GET /v1/fleet/rejected`: the latest refused inputs and why.
+- `GET /v1/openapi.json`: the OpenAPI 3.1 document of all this (`bridge/fleet/openapi.json`).
 - `/metrics`, `/healthz` (the process answers), `/readyz` (the store answers and commits,
   no ingest failed to commit in the last minute, and every source consumes).
 
@@ -23,10 +24,12 @@ Bad query values are 400 naming the parameter.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from typing import Any, Final, get_args
 
 import msgspec
@@ -67,6 +70,11 @@ def _json(value: Any, status: int = 200) -> web.Response:
     return web.Response(
         body=msgspec.json.encode(value), status=status, content_type="application/json"
     )
+
+
+@functools.cache
+def _openapi() -> bytes:
+    return (resources.files("bridge.fleet") / "openapi.json").read_bytes()
 
 
 class BadQuery(Exception):
@@ -172,6 +180,7 @@ class FleetApiRoutes:
             ("/metrics", self.metrics),
             ("/healthz", self.healthz),
             ("/readyz", self.readyz),
+            ("/v1/openapi.json", self.openapi),
         ):
             app.router.add_get(path, handler)
 
@@ -300,6 +309,10 @@ class FleetApiRoutes:
     async def metrics(self, _request: web.Request) -> web.Response:
         text = await metrics.render(self.store, self.stats, [s.name for s in self.sources])
         return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
+
+    async def openapi(self, _request: web.Request) -> web.Response:
+        """The OpenAPI 3.1 document of this API (package data, `bridge/fleet/openapi.json`)."""
+        return web.Response(body=_openapi(), content_type="application/json")
 
     async def healthz(self, _request: web.Request) -> web.Response:
         return _json({"status": "ok", "checks": [{"name": "process", "ok": True}]})
