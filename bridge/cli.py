@@ -50,7 +50,8 @@ def _add_config_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_fleet_parser(commands: Any) -> None:
-    """`fleet [serve|status|export]` (run by bridge/fleet/cli.py, imported only then)."""
+    """`fleet [serve|status|validate-config|export]` (run by bridge/fleet/cli.py, imported
+    only then)."""
     fleet = commands.add_parser(
         "fleet",
         help="the fleet service: ingest every sidecar's events, serve the fleet state",
@@ -66,6 +67,9 @@ def _add_fleet_parser(commands: Any) -> None:
     actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
     actions.add_parser("serve", help="run the fleet service (the default)")
     actions.add_parser("status", help="print the fleet summary as tables")
+    check = actions.add_parser(
+        "validate-config", help="check the [fleet] tables of the configuration and exit"
+    )
     export = actions.add_parser(
         "export", help="write the audit log (every event as received) for auditors"
     )
@@ -76,7 +80,7 @@ def _add_fleet_parser(commands: Any) -> None:
     export.add_argument(
         "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
     )
-    for sub in (actions.choices["serve"], actions.choices["status"], export):
+    for sub in (actions.choices["serve"], actions.choices["status"], check, export):
         sub.add_argument(
             "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
         )
