@@ -123,11 +123,11 @@ class ConnectionGuard:
     every other attribute is the wrapped `web.Server`'s (the runner shuts it down)."""
 
     def __init__(
-        self, server: Any, max_connections: int, header_timeout: float = HEADER_TIMEOUT
+        self, server: Any, max_connections: int, header_timeout: float | None = None
     ) -> None:
         self._server = server
         self.max_connections = max_connections
-        self.header_timeout = header_timeout
+        self.header_timeout = HEADER_TIMEOUT if header_timeout is None else header_timeout
         self._waiting: OrderedDict[int, _Guarded] = OrderedDict()
         self._busy: set[int] = set()
         self.timed_out = 0

@@ -17,7 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bridge.fleet import connections
 from bridge.pipeline.model import Status
+from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import azure_vm, gce_vm, heartbeat, transition
 from tests.fleet.poison import nested, poison
 from tests.support import eventually, free_port
@@ -302,3 +304,26 @@ async def test_health_is_served_among_1100_clients_that_never_finish_their_heade
         for writer in slow:
             writer.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_client_that_does_not_send_its_headers_in_time_is_closed(
+    fleet_service: FleetFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process, with the header timeout shortened (10 s in the service)."""
+    monkeypatch.setattr(connections, "HEADER_TIMEOUT", 0.3)
+    async with fleet_service() as service:
+        port = int(service.url.rsplit(":", 1)[1])
+        slow_reader, slow = await asyncio.open_connection("127.0.0.1", port)
+        slow.write(b"GET /healthz HTTP/1.1\r\nHost: x")  # never the end of the headers
+        prompt_reader, prompt = await asyncio.open_connection("127.0.0.1", port)
+        prompt.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = await prompt_reader.readuntil(b"}]}")  # the whole answer
+        assert first.startswith(b"HTTP/1.1 200")
+        assert await asyncio.wait_for(slow_reader.read(), timeout=5) == b""  # closed
+        await asyncio.sleep(0.5)  # past the timeout: the prompt client's connection stays
+        prompt.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await prompt.drain()
+        second = await asyncio.wait_for(prompt_reader.readuntil(b"}]}"), timeout=5)
+        assert second.startswith(b"HTTP/1.1 200")
+        slow.close()
+        prompt.close()
