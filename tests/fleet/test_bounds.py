@@ -331,3 +331,35 @@ async def test_a_client_that_does_not_send_its_headers_in_time_is_closed(
         assert second.startswith(b"HTTP/1.1 200")
         slow.close()
         prompt.close()
+
+
+async def test_an_event_the_store_refuses_over_http_is_a_400_and_the_rest_is_kept(
+    tmp_path: Path,
+) -> None:
+    """A real SQLite store that cannot hold one event (standing in for a value the bounds
+    check missed: none is known, which is the point of the check)."""
+    from bridge.fleet.config import parse_fleet_config
+    from bridge.fleet.service import FleetService
+    from bridge.fleet.sqlite_store import SqliteStore
+    from bridge.fleet.store import Batch, IngestResult, UnstorableError
+
+    class Picky(SqliteStore):
+        async def ingest(self, batch: Batch) -> IngestResult:
+            if any(item.event.instance.name == "bad-1" for item in batch.accepted):
+                raise UnstorableError("integer out of range")
+            return await super().ingest(batch)
+
+    now = datetime.now(UTC)
+    good, bad = heartbeat(gce_vm("web-1"), now), heartbeat(gce_vm("bad-1"), now)
+    raw = {"fleet": {"listener": {"port": 0}, "sources": [{"type": "http"}]}}
+    service = FleetService(parse_fleet_config(raw), store=Picky(tmp_path / "f.sqlite3"))
+    async with service.running(), httpx.AsyncClient(base_url=service.url) as http:
+        answer = await http.post(
+            "/v1/events", content=b"[" + bad + b"," + good + b"]", headers=BATCH
+        )
+        assert answer.status_code == 400
+        assert answer.json()["accepted"] == 1
+        assert "cannot keep" in answer.json()["error"]
+        (rejected,) = (await http.get("/v1/fleet/rejected")).json()["rejected"]
+        assert "integer out of range" in rejected["reason"]
+        assert json.loads(rejected["body"])["id"] == json.loads(bad)["id"]

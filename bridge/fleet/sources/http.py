@@ -178,6 +178,9 @@ class HttpSource:
             reasons = [{"index": i, "reason": r.reason} for i, r in refused[:REASONS_SHOWN]]
             first = refused[0][1].reason
             return _bad(400, f"refused: {first}", refused=reasons, **counts)
+        if result.invalid:  # events the store itself refused (`Ingestor`): in the rejected table
+            why = f"refused: {result.invalid} event(s) the fleet store cannot keep"
+            return _bad(400, f"{why}; see /v1/fleet/rejected", **counts)
         return web.json_response(counts)
 
 
