@@ -15,8 +15,15 @@ transaction, and counts the outcome. The source acknowledges its transport only 
 - Kafka: commit offsets to the broker after `commit` (or keep them in the store like Event
   Hubs and seek on assignment).
 
-A `commit` that raises `StoreError` has written nothing: the source must not ack and should
-retry with backoff (`bridge.infra.backoff`), keeping its transport's redelivery as the safety net.
+Every body passes `classify`, so the contract and the fleet's bounds (`bridge.fleet.bounds`)
+are checked on every path alike. A store that refuses an event of a batch for its content
+(`UnstorableError`, or any error but `StoreError`) gets the batch again one event at a
+time, and the event it refuses is recorded as refused: one bad event never stalls a source.
+
+A `commit` that raises `StoreError` has written nothing the source could miss (what it did
+write is in the audit log, so the replay counts it as a duplicate): the source must not ack
+and should retry with backoff (`bridge.infra.backoff`), keeping its transport's redelivery as
+the safety net; `/readyz` says the store cannot commit until a commit succeeds again.
 `health()` is what `/readyz` shows for the source; it should turn false when the source
 stops consuming (stream broken, consumer not assigned), not on a single transient error.
 """
@@ -95,17 +102,20 @@ class Ingestor:
             checkpoints=dict(checkpoints or {}),
         )
         try:
-            result = await self.store.ingest(batch)
+            try:
+                result = await self.store.ingest(batch)
+            except StoreError:
+                raise
+            except Exception as exc:  # one event the store cannot hold must not stall the rest
+                log.error(
+                    "source %s: the store refused the batch, committing it event by event: %s",
+                    source,
+                    exc,
+                )
+                result = await self._one_by_one(batch)
         except StoreError as exc:
             self.stats.failed(batch.received_at, str(exc))
             raise
-        except Exception as exc:  # one event the store cannot hold must not stall the rest
-            log.error(
-                "source %s: the store refused the batch, committing it event by event: %s",
-                source,
-                exc,
-            )
-            result = await self._one_by_one(batch)
         self.stats.record(source, result)
         return result
 
