@@ -363,3 +363,45 @@ async def test_an_event_the_store_refuses_over_http_is_a_400_and_the_rest_is_kep
         (rejected,) = (await http.get("/v1/fleet/rejected")).json()["rejected"]
         assert "integer out of range" in rejected["reason"]
         assert json.loads(rejected["body"])["id"] == json.loads(bad)["id"]
+
+
+async def test_readyz_is_not_ready_while_postgresql_refuses_writes(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Ready means the store commits: a database turned read-only still answers SELECT 1."""
+    import psycopg
+
+    def read_only(on: bool) -> None:
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            name = db.info.dbname
+            db.execute("SET default_transaction_read_only = off")  # this session may write
+            setting = "SET default_transaction_read_only = on" if on else "RESET ALL"
+            db.execute(f'ALTER DATABASE "{name}" {setting}')
+            db.execute(  # the fleet's connections come back with the new setting
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
+
+    async with fleet_process(tmp_path, postgres_url) as http:
+        await asyncio.to_thread(read_only, True)
+
+        async def not_ready() -> bool:
+            answer = await http.get("/readyz")
+            return answer.status_code == 503 and "read-only" in answer.text
+
+        await eventually(not_ready, timeout=30)
+        beat = heartbeat(gce_vm("web-1"), datetime.now(UTC))
+        assert (await http.post("/v1/events", content=beat, headers=STRUCTURED)).status_code == 503
+        await asyncio.to_thread(read_only, False)
+
+        async def committed() -> bool:  # the sidecar's retry
+            posted = await http.post("/v1/events", content=beat, headers=STRUCTURED)
+            return posted.status_code == 200
+
+        await eventually(committed, timeout=30)
+
+        async def ready() -> bool:  # once the reader's broken connection is replaced too
+            return (await http.get("/readyz")).status_code == 200
+
+        await eventually(ready, timeout=30)
