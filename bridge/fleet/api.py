@@ -53,6 +53,8 @@ MAX_DURATION: Final = 10 * 365 * 86400.0
 #: Unix seconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z: times a query may name.
 FIRST_SECOND: Final = -62135596800.0
 LAST_SECOND: Final = 253402300799.0
+#: Candidates of one `/v1/fleet/eligible` question (each is a store query).
+MAX_CANDIDATES: Final = 500
 #: A cursor is a sequence number: the stores' 64-bit integer.
 MAX_CURSOR: Final = 2**63 - 1
 #: Seconds /readyz stays failing after an ingest could not commit (unless one commits since):
@@ -259,6 +261,8 @@ class FleetApiRoutes:
         candidates = request.query.getall("instance", [])
         if not candidates:
             raise BadQuery("instance: name at least one candidate (instance=a&instance=b)")
+        if len(candidates) > MAX_CANDIDATES:
+            raise BadQuery(f"instance: at most {MAX_CANDIDATES} candidates")
         horizon = self.settings.eligible_horizon
         if "horizon" in request.query:
             horizon = duration("horizon", request.query["horizon"])

@@ -173,7 +173,7 @@ async def test_unreadable_bodies_are_400_and_the_service_goes_on(
         assert (await http.post("/v1/events", content=beat, headers=STRUCTURED)).status_code == 200
 
 
-BAD_QUERIES = [
+BAD_QUERIES: list[tuple[str, dict[str, str | list[str]], str]] = [
     ("/v1/fleet/events", {"cursor": str(2**63)}, "cursor"),
     ("/v1/fleet/events", {"cursor": "-1"}, "cursor"),
     ("/v1/fleet/events", {"limit": "0"}, "limit"),
@@ -187,6 +187,7 @@ BAD_QUERIES = [
     ("/v1/fleet/instances", {"state": "alive"}, "reporting, silent"),
     ("/v1/fleet/upcoming", {"within": "9" * 400}, "at most"),
     ("/v1/fleet/eligible", {"horizon": "99999999d", "instance": "a"}, "at most"),
+    ("/v1/fleet/eligible", {"instance": ["a"] * 501}, "at most 500"),
 ]
 
 
