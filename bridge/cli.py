@@ -62,7 +62,8 @@ def _speed(text: str) -> float:
 
 
 def _add_fleet_parser(commands: Any) -> None:
-    """`fleet [serve|status|export]` (run by bridge/fleet/cli.py, imported only then)."""
+    """`fleet [serve|status|validate-config|export]` (run by bridge/fleet/cli.py, imported
+    only then)."""
     fleet = commands.add_parser(
         "fleet",
         help="the fleet service: ingest every sidecar's events, serve the fleet state",
@@ -92,6 +93,13 @@ def _add_fleet_parser(commands: Any) -> None:
         "row counts. Reads the store named by [fleet.store] url directly, so it works whether "
         "or not the service runs (GET /v1/fleet/summary gives the same as JSON).",
     )
+    check = actions.add_parser(
+        "validate-config",
+        help="check the [fleet] tables of the configuration and exit",
+        description="Check the [fleet] tables of the configuration (one file may also hold the "
+        "sidecar's tables, which `maintenance-bridge validate-config` checks) and exit: 0 when "
+        "valid, 2 with one line per mistake otherwise.",
+    )
     export = actions.add_parser(
         "export",
         help="write the audit log (every event as received) for auditors",
@@ -106,7 +114,7 @@ def _add_fleet_parser(commands: Any) -> None:
     export.add_argument(
         "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
     )
-    for sub in (actions.choices["serve"], actions.choices["status"], export):
+    for sub in (actions.choices["serve"], actions.choices["status"], check, export):
         sub.add_argument(
             "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
         )

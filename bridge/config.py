@@ -285,6 +285,8 @@ def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict
 def parse_config(raw: Mapping[str, Any], source: str = "configuration") -> Config:
     """Validate a parsed TOML document; raise `ConfigError` listing every problem."""
     data = dict(raw)
+    # The fleet service's tables: one file may hold both (`fleet validate-config` checks them).
+    data.pop("fleet", None)
     sinks_raw = data.pop("sinks", [])
     problems: list[str] = []
     config = validate_into(problems, Config, data)

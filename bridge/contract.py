@@ -367,7 +367,12 @@ def binary_to_structured(headers: Mapping[str, str], body: bytes) -> bytes:
         attributes["data"] = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
         raise ContractError(f"the body is not JSON: {_reason(exc)}") from None
-    return _ENCODER.encode(attributes)
+    except (RecursionError, UnicodeDecodeError) as exc:
+        raise ContractError(f"the body is not JSON that can be read: {exc}") from None
+    try:
+        return _ENCODER.encode(attributes)
+    except UnicodeEncodeError as exc:  # a ce-* header that is not text
+        raise ContractError(f"a ce-* header is not UTF-8: {exc.reason}") from None
 
 
 def encode(event: Event) -> bytes:

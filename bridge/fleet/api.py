@@ -16,24 +16,28 @@
   CloudEvents batch (`application/cloudevents-batch+json`), the exact bytes received; the
   next page's cursor is in `Fleet-Next-Cursor` and a `Link: <...>; rel="next"` header.
 - `GET /v1/fleet/rejected`: the latest refused inputs and why.
-- `/metrics`, `/healthz` (the process answers), `/readyz` (the store answers and every
-  source consumes).
+- `GET /v1/openapi.json`: the OpenAPI 3.1 document of all this (`bridge/fleet/openapi.json`).
+- `/metrics`, `/healthz` (the process answers), `/readyz` (the store answers and commits,
+  no ingest failed to commit in the last minute, and every source consumes).
 
 Bad query values are 400 naming the parameter.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final
+from importlib import resources
+from typing import Any, Final, get_args
 
 import msgspec
 from aiohttp import web
 
+from bridge import contract
 from bridge.contract import from_cloudevent, rfc3339
 from bridge.fleet import metrics, rollout, state
 from bridge.fleet.config import FleetApi
@@ -46,6 +50,23 @@ BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
 PROMETHEUS_TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
 _DURATION: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNITS: Final = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: Horizons (`within`, `horizon`) longer than this are refused (10 years).
+MAX_DURATION: Final = 10 * 365 * 86400.0
+#: Unix seconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z: times a query may name.
+FIRST_SECOND: Final = -62135596800.0
+LAST_SECOND: Final = 253402300799.0
+#: Candidates of one `/v1/fleet/eligible` question (each is a store query).
+MAX_CANDIDATES: Final = 500
+#: A cursor is a sequence number: the stores' 64-bit integer.
+MAX_CURSOR: Final = 2**63 - 1
+#: Seconds /readyz stays failing after an ingest could not commit (unless one commits since):
+#: a small probe commit can pass where a batch does not (a full disk), and a replica taken
+#: out of rotation gets no new ingest to prove it can commit again.
+COMMIT_FAILURE_HOLD: Final = 60.0
+PROVIDERS: Final = get_args(contract.ProviderName)
+KINDS: Final = get_args(contract.KindName)
+STATUSES: Final = get_args(contract.StatusName)
+STATES: Final = ("reporting", "silent")
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
@@ -55,28 +76,57 @@ def _json(value: Any, status: int = 200) -> web.Response:
     )
 
 
+@functools.cache
+def _openapi() -> bytes:
+    return (resources.files("bridge.fleet") / "openapi.json").read_bytes()
+
+
 class BadQuery(Exception):
     """A query parameter that cannot be used; the message names it."""
 
 
 def duration(name: str, text: str) -> float:
-    """Seconds of `3600`, `90m`, `24h`, `7d`."""
+    """Seconds of `3600`, `90m`, `24h`, `7d`, at most `MAX_DURATION`."""
     match = _DURATION.match(text.strip())
     if not match:
         raise BadQuery(f"{name}: expected seconds or a duration like 90m, 24h, 7d")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_DURATION:
+        raise BadQuery(f"{name}: at most {MAX_DURATION:g} seconds (10 years)")
+    return seconds
 
 
 def moment(name: str, text: str) -> float:
-    """Unix seconds of an RFC 3339 time or a number of Unix seconds."""
+    """Unix seconds of an RFC 3339 time or a number of Unix seconds, within years 1-9999."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
-        pass
+        try:
+            seconds = parse_time(text, naive_as_utc=False).timestamp()
+        except (TimeParseError, OverflowError) as exc:
+            raise BadQuery(f"{name}: expected an RFC 3339 time or Unix seconds: {exc}") from None
+    if not FIRST_SECOND <= seconds <= LAST_SECOND:  # also nan and inf
+        raise BadQuery(f"{name}: {text!r} is not a time within years 1-9999")
+    return seconds
+
+
+def integer(name: str, text: str, low: int, high: int) -> int:
+    """An integer query parameter within `low..high`."""
     try:
-        return parse_time(text, naive_as_utc=False).timestamp()
-    except TimeParseError as exc:
-        raise BadQuery(f"{name}: expected an RFC 3339 time or Unix seconds: {exc}") from None
+        value = int(text)
+    except ValueError:
+        raise BadQuery(f"{name}: expected an integer, got {text!r}") from None
+    if not low <= value <= high:
+        raise BadQuery(f"{name}: must be {low}..{high}")
+    return value
+
+
+def choice(query: Mapping[str, str], name: str, allowed: Sequence[str]) -> str | None:
+    """An enum query parameter: absent (None) or one of `allowed`."""
+    value = query.get(name)
+    if value is not None and value not in allowed:
+        raise BadQuery(f"{name}: {value!r} is not one of {', '.join(allowed)}")
+    return value
 
 
 def epoch_rfc3339(seconds: float) -> str:
@@ -174,6 +224,7 @@ class FleetApiRoutes:
             ("/metrics", self.metrics),
             ("/healthz", self.healthz),
             ("/readyz", self.readyz),
+            ("/v1/openapi.json", self.openapi),
         ):
             app.router.add_get(path, handler)
 
@@ -194,10 +245,10 @@ class FleetApiRoutes:
     async def notices(self, request: web.Request) -> web.Response:
         query = request.query
         where = NoticeFilter(
-            provider=query.get("provider"),
+            provider=choice(query, "provider", PROVIDERS),
             zone=query.get("zone"),
-            kind=query.get("kind"),
-            status=query.get("status"),
+            kind=choice(query, "kind", KINDS),
+            status=choice(query, "status", STATUSES),
             instance=query.get("instance"),
         )
         found = await self.store.notices(where)
@@ -232,7 +283,7 @@ class FleetApiRoutes:
         in_force: dict[str, list[str]] = {}
         for notice in await self.store.notices(NoticeFilter()):
             in_force.setdefault(notice["source"], []).append(notice["notice_id"])
-        wanted = request.query.get("state")
+        wanted = choice(request.query, "state", STATES)
         result = []
         for instance in await self.store.instances():
             current, why = state.instance_state(instance, now)
@@ -258,6 +309,8 @@ class FleetApiRoutes:
         candidates = request.query.getall("instance", [])
         if not candidates:
             raise BadQuery("instance: name at least one candidate (instance=a&instance=b)")
+        if len(candidates) > MAX_CANDIDATES:
+            raise BadQuery(f"instance: at most {MAX_CANDIDATES} candidates")
         horizon = self.settings.eligible_horizon
         if "horizon" in request.query:
             horizon = duration("horizon", request.query["horizon"])
@@ -277,13 +330,10 @@ class FleetApiRoutes:
 
     async def events(self, request: web.Request) -> web.Response:
         query = request.query
-        try:
-            cursor = int(query.get("cursor", "0"))
-            limit = int(query.get("limit", str(self.settings.page_size)))
-        except ValueError:
-            raise BadQuery("cursor and limit must be integers") from None
-        if cursor < 0 or not 1 <= limit <= self.settings.page_size:
-            raise BadQuery(f"limit must be 1..{self.settings.page_size}, cursor >= 0")
+        cursor = integer("cursor", query.get("cursor", "0"), 0, MAX_CURSOR)
+        limit = integer(
+            "limit", query.get("limit", str(self.settings.page_size)), 1, self.settings.page_size
+        )
         page = await self.store.events(
             EventQuery(
                 instance=query.get("instance"),
@@ -312,16 +362,26 @@ class FleetApiRoutes:
         text = await metrics.render(self.store, self.stats, [s.name for s in self.sources])
         return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
 
+    async def openapi(self, _request: web.Request) -> web.Response:
+        """The OpenAPI 3.1 document of this API (package data, `bridge/fleet/openapi.json`)."""
+        return web.Response(body=_openapi(), content_type="application/json")
+
     async def healthz(self, _request: web.Request) -> web.Response:
         return _json({"status": "ok", "checks": [{"name": "process", "ok": True}]})
 
     async def readyz(self, _request: web.Request) -> web.Response:
         checks = []
+        failure = self.stats.commit_failure
         try:
             await self.store.ping()
-            checks.append({"name": "store", "ok": True, "detail": "answers"})
         except StoreError as exc:
             checks.append({"name": "store", "ok": False, "detail": str(exc)})
+        else:
+            if failure is not None and time.time() - failure[0] < COMMIT_FAILURE_HOLD:
+                detail = f"the last ingest could not commit: {failure[1]}"
+                checks.append({"name": "store", "ok": False, "detail": detail})
+            else:
+                checks.append({"name": "store", "ok": True, "detail": "answers and commits"})
         for source in self.sources:
             health = source.health()
             checks.append(

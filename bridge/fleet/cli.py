@@ -33,9 +33,16 @@ CSV_COLUMNS = ("seq", "received_at", "ingest", "source", "id", "type", "subject"
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `fleet [serve|status|export]`; configuration errors propagate to bridge.cli."""
+    """Run `fleet [serve|status|validate-config|export]`; configuration errors propagate to
+    bridge.cli."""
     config = load_fleet_config(args.config)
     action = args.fleet_command or "serve"
+    if action == "validate-config":  # loading it validated it: errors went to bridge.cli
+        where = args.config or "defaults and environment"
+        names = ", ".join(f"{s.name} ({s.type})" for s in config.sources)
+        store = config.store.url.split(":", 1)[0]  # never the rest: it may hold a password
+        print(f"{where}: valid fleet configuration (sources: {names}; store: {store})")
+        return EXIT_OK
     try:
         if action == "serve":
             return asyncio.run(_serve(config))

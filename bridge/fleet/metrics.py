@@ -40,8 +40,15 @@ class IngestStats:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     lag: dict[str, Histogram] = field(default_factory=dict)
     auth: AuthStats = field(default_factory=lambda: AuthStats())
+    #: (when, why) of the last commit that failed, None once a commit succeeds (readiness).
+    commit_failure: tuple[float, str] | None = None
+
+    def failed(self, at: float, reason: str) -> None:
+        """A source's commit failed (`StoreError`): not ready until one succeeds again."""
+        self.commit_failure = (at, reason)
 
     def record(self, source: str, result: IngestResult) -> None:
+        self.commit_failure = None
         self.counts[(source, "accepted")] += result.accepted
         self.counts[(source, "duplicate")] += result.duplicate
         self.counts[(source, "invalid")] += result.invalid

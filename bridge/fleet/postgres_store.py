@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
@@ -41,6 +42,7 @@ from bridge.fleet.store import (
     Batch,
     IngestResult,
     StoreError,
+    UnstorableError,
 )
 
 T = TypeVar("T")
@@ -138,6 +140,8 @@ class PostgresStore(ReadQueries):
         def call() -> T:
             try:
                 return fn(self._connect(role))
+            except psycopg.DataError as exc:  # a value out of a column's range: not an outage
+                raise UnstorableError(f"fleet store: {_reason(exc)}") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"fleet store {redacted(self.url)}: {_reason(exc)}") from exc
 
@@ -168,7 +172,12 @@ class PostgresStore(ReadQueries):
         self._reader.shutdown(wait=True)
 
     async def ping(self) -> None:
+        def probe(db: _Qmark) -> None:
+            with db.connection.transaction():
+                db.execute(sql.PROBE, (time.time(),))
+
         await self._read(lambda db: db.execute("SELECT 1").fetchone())
+        await self._run(self._writer, "write", probe)
 
     async def ingest(self, batch: Batch) -> IngestResult:
         def write(db: _Qmark) -> IngestResult:

@@ -21,6 +21,7 @@ from bridge.fleet.api import FleetApiRoutes
 from bridge.fleet.auth import AccessGuard
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
+from bridge.fleet.connections import ConnectionGuard, connection_cap, raise_file_limit
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Ingestor, Source
@@ -146,6 +147,10 @@ class FleetService:
                 await source.start(self.ingestor)
                 started.append(source)
             await runner.setup()
+            # Bounded connections (bridge.fleet.connections): a private attribute, since
+            # aiohttp takes no protocol factory of one's own; the guard forwards the rest.
+            guard = ConnectionGuard(runner.server, connection_cap(raise_file_limit()))
+            runner._server = guard  # type: ignore[assignment]  # it is the Server, guarded
             listener = self.config.listener
             site = web.TCPSite(
                 runner, listener.host, listener.port, ssl_context=self._tls_context()

@@ -83,6 +83,11 @@ def schema(serial: str) -> list[str]:
             reason TEXT NOT NULL,
             body TEXT NOT NULL
         )""",
+        # One row, rewritten by each readiness probe: ready means the store can commit.
+        """CREATE TABLE IF NOT EXISTS readiness (
+            id INTEGER PRIMARY KEY,
+            checked DOUBLE PRECISION NOT NULL
+        )""",
         """CREATE TABLE IF NOT EXISTS checkpoints (
             ingest TEXT NOT NULL,
             part TEXT NOT NULL,
@@ -147,3 +152,10 @@ UPSERT_CHECKPOINT: Final = (
 def to_pyformat(statement: str) -> str:
     """The statement with `%s` placeholders (psycopg, asyncpg via its own `$n` rewrite)."""
     return statement.replace("%", "%%").replace("?", "%s")
+
+
+#: The readiness probe's write (`Store.ping`): a commit, not only an answer.
+PROBE: Final = (
+    "INSERT INTO readiness (id, checked) VALUES (1, ?) "
+    "ON CONFLICT (id) DO UPDATE SET checked = excluded.checked"
+)

@@ -27,7 +27,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from bridge import contract
-from bridge.fleet import sql
+from bridge.fleet import bounds, sql
 from bridge.fleet.state import FINISHED_RANK, RANK, zone_of
 from bridge.fleet.store import (
     Accepted,
@@ -37,6 +37,7 @@ from bridge.fleet.store import (
     IngestResult,
     NoticeFilter,
     StoreError,
+    UnstorableError,
 )
 
 T = TypeVar("T")
@@ -117,19 +118,20 @@ def apply(db: Any, batch: Batch) -> IngestResult:
         applied.add(key)
         time = _epoch(event.time)
         lags.append(batch.received_at - time)
-        _merge_instance(instances, event, time)
+        seen = bounds.liveness_time(time, batch.received_at)
+        _merge_instance(instances, event, seen)
         data = event.data
         if isinstance(data, contract.HeartbeatData):
             heartbeats.append(
                 (
-                    time,
+                    seen,
                     data.interval_seconds,
                     data.agent_version,
                     int(data.watcher_healthy),
                     data.spool_depth,
                     _epoch(data.started_at),
                     event.source,
-                    time,
+                    seen,
                 )
             )
         elif isinstance(data, contract.MaintenanceData):
@@ -474,11 +476,17 @@ class SqliteStore(ReadQueries):
                 raise StoreError("the fleet store is not open")
             try:
                 return fn(db)
-            except sqlite3.Error as exc:
+            except Exception as exc:
+                # Whatever failed (the database, or a value it cannot bind), the transaction
+                # ends here: left open, it would make every later ingest fail.
                 with contextlib.suppress(sqlite3.Error):  # a closed connection cannot roll back
                     if db.in_transaction:
                         db.rollback()
-                raise StoreError(f"fleet store {self.path}: {exc}") from exc
+                if isinstance(exc, sqlite3.DataError | OverflowError):
+                    raise UnstorableError(f"fleet store {self.path}: {exc}") from exc
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"fleet store {self.path}: {exc}") from exc
+                raise
 
         return await asyncio.get_running_loop().run_in_executor(executor, call)
 
@@ -497,7 +505,13 @@ class SqliteStore(ReadQueries):
         self._reader.shutdown(wait=True)
 
     async def ping(self) -> None:
+        def probe(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(sql.PROBE, (datetime.now(UTC).timestamp(),))
+            db.execute("COMMIT")
+
         await self._read(lambda db: db.execute("SELECT 1").fetchone())
+        await self._run(self._writer, probe, write=True)
 
     async def ingest(self, batch: Batch) -> IngestResult:
         def write(db: sqlite3.Connection) -> IngestResult:

@@ -45,6 +45,12 @@ class StoreError(Exception):
     """The store cannot do what was asked (unreachable, disk full, corrupt); safe to show."""
 
 
+class UnstorableError(ValueError):
+    """The store refuses a value of the batch (out of its range), not the store's fault:
+    retrying the same batch fails the same way, so the ingestor commits it one event at a
+    time and refuses the event the store cannot hold (`bridge.fleet.sources.base`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Accepted:
     """One valid event as received: the typed value and its exact bytes."""
@@ -133,7 +139,7 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
     async def ping(self) -> None:
-        """Raise `StoreError` unless the store answers now (readiness)."""
+        """Raise `StoreError` unless the store answers and commits now (readiness)."""
 
     async def ingest(self, batch: Batch) -> IngestResult:
         """Commit `batch` in one transaction (see the module docstring)."""

@@ -199,3 +199,31 @@ async def test_a_hub_down_at_start_is_read_once_it_is_back(
 def test_a_connection_string_or_a_namespace_and_hub_is_required() -> None:
     with pytest.raises(ConfigError, match="connection_string"):
         parse_fleet_config({"fleet": {"sources": [{"type": "eventhubs"}]}})
+
+
+async def test_events_out_of_the_stores_bounds_are_rejected_and_checkpointed_past(
+    tmp_path: Path, hub: EventHubServer
+) -> None:
+    """Issue #29: each out-of-bounds event is one rejected message, checkpointed past."""
+    from datetime import UTC, datetime
+
+    from tests.fleet.poison import nested, poison
+
+    bad = [*poison(datetime.now(UTC)).values(), nested(100_000)]
+    producer = EventHubProducerClient.from_connection_string(hub.connection_string)
+    async with producer:
+        batch = await producer.create_batch(partition_id="0")
+        for body in bad:
+            data = EventData(body)
+            data.content_type = "application/cloudevents+json"
+            batch.add(data)
+        await producer.send_batch(batch)
+    await send(hub, stream(0)[:1])
+    service = service_for(tmp_path, hub)
+    async with service.running():
+        await stored(service, 1)
+        await eventually(
+            lambda: service.stats.counts[("eventhubs", "invalid")] == len(bad), timeout=30
+        )
+        assert len(await service.store.rejected()) == len(bad)
+        assert (await service.store.checkpoints("eventhubs"))["0"] == str(len(hub.events(0)) - 1)

@@ -39,6 +39,8 @@ from tests.fleet.test_bus_end_to_end import Process, toml_table
 from tests.sinks.kafka_mock import MockCluster, require_library
 from tests.support import assert_valid, eventually, free_port
 
+pytest_plugins = ["tests.fleet.postgres_server"]
+
 ROOT = Path(__file__).resolve().parents[2]
 GROUP = "fleet"
 EVENTHUBS_CONNECTION = (
@@ -364,3 +366,34 @@ def took_part(health: SourceHealth, shared: bool = False) -> bool:
     if not health.ok or "partitions none" in health.detail:
         return False
     return not shared or "partitions 0,1,2,3" not in health.detail
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+async def test_events_out_of_the_stores_bounds_are_rejected_and_the_consumer_goes_on(
+    tmp_path: Path, cluster: MockCluster, store: str, request: pytest.FixtureRequest
+) -> None:
+    """Issue #29: an integer past 2^63, a time past year 9999 in UTC, JSON 100,000 deep, a
+    body not UTF-8: each is one rejected message, and the partition is committed past it."""
+    from datetime import UTC, datetime
+
+    from tests.fleet.poison import nested, poison
+
+    topic = cluster.create_topic(partitions=1)
+    before, after = fleet_events(per_vm=1), fleet_events(per_vm=2)[3:]
+    service = service_for(tmp_path, cluster, topic)
+    if store == "postgresql":
+        service = FleetService(
+            service.config, store=build_store(request.getfixturevalue("postgres_url"))
+        )
+    bad = [*poison(datetime.now(UTC)).values(), nested(100_000)]
+    structured = [("content-type", b"application/cloudevents+json")]
+    async with service.running():
+        await publish(cluster, topic, before)
+        await asyncio.to_thread(produce_raw, cluster, topic, [(structured, b) for b in bad])
+        await publish(cluster, topic, after)
+        await stored(service, len(before + after))
+        await eventually(lambda: service.stats.counts[("kafka", "invalid")] == len(bad), timeout=30)
+        assert (await service.store.counts())["rejected"] == len(bad)
+        assert await audit_log(service) == as_stored(before + after)
+        assert service.sources[0].health().ok
+    assert await asyncio.to_thread(committed_to_the_end, cluster, topic)

@@ -197,3 +197,30 @@ def test_a_subscription_must_be_a_full_path() -> None:
 
     with pytest.raises(ConfigError, match="subscription"):
         parse_fleet_config({"fleet": {"sources": [{"type": "pubsub", "subscription": "s"}]}})
+
+
+async def test_events_out_of_the_stores_bounds_are_rejected_and_acknowledged(
+    tmp_path: Path, pubsub_topic: Topic
+) -> None:
+    """Issue #29: each out-of-bounds event is one rejected message, acknowledged."""
+    from datetime import UTC, datetime
+
+    from google.cloud import pubsub_v1
+
+    from tests.fleet.poison import nested, poison
+
+    bad = [*poison(datetime.now(UTC)).values(), nested(100_000)]
+    publisher = pubsub_v1.PublisherClient()
+    for data in bad:
+        await asyncio.to_thread(publisher.publish(pubsub_topic.topic, data).result, 10)
+    publisher.stop()
+    good = stream()[1]
+    service = service_for(tmp_path, pubsub_topic)
+    async with service.running():
+        await publish(pubsub_topic, [good])
+        await events_stored(service, 1)
+        await eventually(
+            lambda: service.stats.counts[("pubsub", "invalid")] == len(bad), timeout=30
+        )
+        assert (await service.store.counts())["rejected"] == len(bad)
+    assert await asyncio.to_thread(pubsub_topic.drain, 2.0) == []

@@ -15,22 +15,33 @@ transaction, and counts the outcome. The source acknowledges its transport only 
 - Kafka: commit offsets to the broker after `commit` (or keep them in the store like Event
   Hubs and seek on assignment).
 
-A `commit` that raises `StoreError` has written nothing: the source must not ack and should
-retry with backoff (`bridge.infra.backoff`), keeping its transport's redelivery as the safety net.
+Every body passes `classify`, so the contract and the fleet's bounds (`bridge.fleet.bounds`)
+are checked on every path alike. A store that refuses an event of a batch for its content
+(`UnstorableError`, or any error but `StoreError`) gets the batch again one event at a
+time, and the event it refuses is recorded as refused: one bad event never stalls a source.
+
+A `commit` that raises `StoreError` has written nothing the source could miss (what it did
+write is in the audit log, so the replay counts it as a duplicate): the source must not ack
+and should retry with backoff (`bridge.infra.backoff`), keeping its transport's redelivery as
+the safety net; `/readyz` says the store cannot commit until a commit succeeds again.
 `health()` is what `/readyz` shows for the source; it should turn false when the source
 stops consuming (stream broken, consumer not assigned), not on a single transient error.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from bridge import contract
+from bridge.fleet import bounds
 from bridge.fleet.metrics import IngestStats
-from bridge.fleet.store import Accepted, Batch, IngestResult, Refused, Store
+from bridge.fleet.store import Accepted, Batch, IngestResult, Refused, Store, StoreError
+
+log = logging.getLogger("bridge.fleet.ingest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +65,13 @@ class Source(Protocol):
 
 
 def classify(bodies: Iterable[bytes]) -> tuple[list[Accepted], list[tuple[int, Refused]]]:
-    """Each body as a valid event, or refused with the contract's reason (and its index)."""
+    """Each body as a valid event, or refused with the contract's or the fleet's bounds'
+    reason (and its index): every source's bodies pass here (`bridge.fleet.bounds`)."""
     accepted: list[Accepted] = []
     refused: list[tuple[int, Refused]] = []
     for index, body in enumerate(bodies):
         try:
-            accepted.append(Accepted(contract.from_cloudevent(body), body))
+            accepted.append(Accepted(bounds.event(body), body))
         except contract.ContractError as exc:
             refused.append((index, Refused(body, str(exc))))
     return accepted, refused
@@ -89,6 +101,42 @@ class Ingestor:
             refused=refused,
             checkpoints=dict(checkpoints or {}),
         )
-        result = await self.store.ingest(batch)
+        try:
+            try:
+                result = await self.store.ingest(batch)
+            except StoreError:
+                raise
+            except Exception as exc:  # one event the store cannot hold must not stall the rest
+                log.error(
+                    "source %s: the store refused the batch, committing it event by event: %s",
+                    source,
+                    exc,
+                )
+                result = await self._one_by_one(batch)
+        except StoreError as exc:
+            self.stats.failed(batch.received_at, str(exc))
+            raise
         self.stats.record(source, result)
         return result
+
+    async def _one_by_one(self, batch: Batch) -> IngestResult:
+        """`batch` committed one event at a time; an event the store refuses (`UnstorableError`
+        or anything but `StoreError`) is recorded as refused with the reason, and the
+        refused ones and the checkpoints commit last, so a source resumes after all of them."""
+        accepted = duplicate = 0
+        lags: list[float] = []
+        refused = list(batch.refused)
+        for item in batch.accepted:
+            try:
+                one = await self.store.ingest(
+                    replace(batch, accepted=[item], refused=(), checkpoints={})
+                )
+            except StoreError:
+                raise
+            except Exception as exc:
+                refused.append(Refused(item.body, f"the fleet store cannot keep this event: {exc}"))
+                continue
+            accepted, duplicate = accepted + one.accepted, duplicate + one.duplicate
+            lags.extend(one.lags)
+        rest = await self.store.ingest(replace(batch, accepted=(), refused=refused))
+        return IngestResult(accepted, duplicate, rest.invalid, tuple(lags))

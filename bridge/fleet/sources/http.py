@@ -44,6 +44,7 @@ from typing import Final
 from aiohttp import web
 
 from bridge import contract
+from bridge.fleet import bounds
 from bridge.fleet.auth import AccessGuard, Refusal, bearer, too_many, unauthorized
 from bridge.fleet.auth_config import FleetAuth
 from bridge.fleet.config import HttpSourceConfig
@@ -244,7 +245,7 @@ class HttpSource:
     def _bodies(request: web.Request, mode: str, body: bytes) -> list[bytes]:
         """The structured JSON of each event in the request; `ContractError` if unreadable."""
         if mode == BATCH:
-            return contract.split_batch(body)
+            return bounds.split_batch(body)
         if mode == STRUCTURED:
             return [body]
         return [contract.binary_to_structured(request.headers, body)]
@@ -345,6 +346,9 @@ class HttpSource:
             reasons = [{"index": i, "reason": r.reason} for i, r in refused[:REASONS_SHOWN]]
             first = refused[0][1].reason
             return _bad(400, f"refused: {first}", refused=reasons, **counts)
+        if result.invalid:  # events the store itself refused (`Ingestor`): in the rejected table
+            why = f"refused: {result.invalid} event(s) the fleet store cannot keep"
+            return _bad(400, f"{why}; see /v1/fleet/rejected", **counts)
         return web.json_response(counts)
 
 

@@ -1,0 +1,155 @@
+"""What the fleet keeps is bounded: one check, on every ingest path, before the store.
+
+The contract (`bridge.contract`) says what an event of schema v1 is; it does not say what a
+database can hold or what the fleet's reads can show again. An event the schema admits
+can still break the store for everyone behind it: a time that is year 10000 once taken to
+UTC (every read then fails to format it), an integer past 2^63 (PostgreSQL's BIGINT and
+SQLite's INTEGER refuse it, so the batch fails for ever), JSON nested thousands deep (the
+decoder's recursion limit), a body that is not UTF-8 (the audit log keeps text). So every
+source's bodies pass `event` (through `bridge.fleet.sources.base.classify`) and a batch is
+split by `split_batch`: what is out of bounds is refused with its reason, like any other
+invalid event, and recorded in the rejected table; the rest of the batch is committed.
+
+The limits (docs/fleet.md "Limits" lists them for users):
+
+- JSON nesting: `MAX_DEPTH` levels (simdjson allows 1,024, protobuf 100; an event needs 5).
+- Strings: `MAX_STRING` characters each (a hook's output tail is 4 KiB).
+- Integers: signed 64 bits, what both stores' integer columns hold.
+- Times (the event's `time` and every time in its data): years 1-9999 once in UTC.
+- A heartbeat's `interval_seconds`: at most `MAX_HEARTBEAT_INTERVAL` (a larger one would
+  keep a dead VM `reporting` for that long).
+- Times ahead of the fleet's clock: liveness never uses a heartbeat's time past its receive
+  time (`liveness_time`), so a VM whose clock is a day ahead is not `reporting` a day after
+  it stopped.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import msgspec
+
+from bridge import contract
+
+MAX_DEPTH: Final = 64
+MAX_STRING: Final = 65536
+INT_MIN: Final = -(2**63)
+INT_MAX: Final = 2**63 - 1
+MAX_HEARTBEAT_INTERVAL: Final = 86400.0
+
+_ANY: Final = msgspec.json.Decoder()
+#: The tokens that matter to find a batch's elements: strings (skipped whole), brackets, commas.
+_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},]', re.DOTALL)
+
+
+class OutOfBounds(contract.ContractError):
+    """Valid against the schema, but more than the fleet keeps; the message says what."""
+
+
+def event(body: bytes) -> contract.Event:
+    """`body` as a typed event, checked against the contract and the fleet's bounds;
+    raises `ContractError` (or `OutOfBounds`) naming the reason."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OutOfBounds(f"not UTF-8: byte {exc.start} is {body[exc.start]:#04x}") from None
+    try:
+        check_tree(_ANY.decode(text))
+    except RecursionError:
+        raise OutOfBounds(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except msgspec.DecodeError:
+        pass  # not JSON: the contract says so in its own words
+    value = contract.from_cloudevent(body)
+    check_times(value)
+    data = value.data
+    if isinstance(data, contract.HeartbeatData) and data.interval_seconds > MAX_HEARTBEAT_INTERVAL:
+        raise OutOfBounds(
+            f"data.interval_seconds: {data.interval_seconds:g} is more than "
+            f"{MAX_HEARTBEAT_INTERVAL:g} (a day)"
+        )
+    return value
+
+
+def check_tree(tree: Any) -> None:
+    """Raise `OutOfBounds` for JSON deeper than `MAX_DEPTH`, a string longer than
+    `MAX_STRING` or an integer outside 64 bits, naming where (a JSON path)."""
+    stack: list[tuple[Any, str, int]] = [(tree, "", 1)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                where = path if len(path) <= 40 else path[:40] + "..."
+                raise OutOfBounds(f"{where}: JSON nested deeper than {MAX_DEPTH} levels")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str) and len(key) > MAX_STRING:
+                    raise OutOfBounds(f"{path}: a key longer than {MAX_STRING} characters")
+                step = (
+                    (f"{path}.{key}" if path else key) if isinstance(key, str) else f"{path}[{key}]"
+                )
+                stack.append((item, step, depth + 1))
+        elif isinstance(value, str) and len(value) > MAX_STRING:
+            raise OutOfBounds(f"{path}: longer than {MAX_STRING} characters")
+        elif isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+            raise OutOfBounds(f"{path}: {value} is outside signed 64 bits")
+
+
+def check_times(value: contract.Event) -> None:
+    """Raise `OutOfBounds` unless every time of the event is within years 1-9999 in UTC."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, datetime):
+            try:
+                item.astimezone(UTC)
+            except OverflowError:
+                raise OutOfBounds(
+                    f"{path}: {item.isoformat()} is outside years 1-9999 in UTC"
+                ) from None
+        elif isinstance(item, msgspec.Struct):
+            for name in item.__struct_fields__:
+                stack.append((getattr(item, name), f"{path}.{name}" if path else name))
+        elif isinstance(item, list):
+            stack.extend((element, f"{path}[{i}]") for i, element in enumerate(item))
+
+
+def liveness_time(event_time: float, received_at: float) -> float:
+    """The time a heartbeat or event vouches for the VM: its own time, never later than when
+    the fleet received it (a VM clock running ahead cannot make it look alive)."""
+    return min(event_time, received_at)
+
+
+def split_batch(body: bytes) -> list[bytes]:
+    """The elements of a JSON array (a CloudEvents batch), each as its exact bytes.
+
+    `contract.split_batch` first (fast); when the array is nested past the decoder's
+    recursion limit, a tokenizer finds the elements instead, so one element too deep is
+    refused alone (by `event`) and the rest of the batch still counts. `ContractError` when
+    the body is no JSON array at all."""
+    try:
+        return contract.split_batch(body)
+    except RecursionError:
+        pass
+    except UnicodeDecodeError as exc:
+        raise OutOfBounds(f"not UTF-8: byte {exc.start}") from None
+    stripped = body.strip()
+    if not stripped.startswith(b"[") or not stripped.endswith(b"]"):
+        raise contract.ContractError("not a JSON array of CloudEvents")
+    offset = len(body) - len(body.lstrip())
+    elements: list[bytes] = []
+    depth, start = 0, offset + 1
+    for token in _TOKEN.finditer(body, offset):
+        kind = token.group()
+        if kind in (b"[", b"{"):
+            depth += 1
+        elif kind in (b"]", b"}"):
+            depth -= 1
+            if depth == 0:
+                elements.append(body[start : token.start()].strip())
+                break
+        elif kind == b"," and depth == 1:
+            elements.append(body[start : token.start()].strip())
+            start = token.end()
+    return [element for element in elements if element]
