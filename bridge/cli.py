@@ -132,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="play several simulated VMs (GCE and Azure) through real bridges into a local "
         "fleet service over HTTP, and print where to look",
     )
+    demo.add_argument(
+        "--keep",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --fleet: keep serving the fleet page after the scenarios until Ctrl-C "
+        "(default); --no-keep ends with the scenarios",
+    )
 
     commands.add_parser("schema", help="print the JSON Schema of the events (version 1)")
     _add_fleet_parser(commands)
