@@ -50,7 +50,8 @@ def _add_config_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_fleet_parser(commands: Any) -> None:
-    """`fleet [serve|status|export]` (run by bridge/fleet/cli.py, imported only then)."""
+    """`fleet [serve|status|export|backup|restore]` (run by bridge/fleet/cli.py, imported
+    only then)."""
     fleet = commands.add_parser(
         "fleet",
         help="the fleet service: ingest every sidecar's events, serve the fleet state",
@@ -76,7 +77,15 @@ def _add_fleet_parser(commands: Any) -> None:
     export.add_argument(
         "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
     )
-    for sub in (actions.choices["serve"], actions.choices["status"], export):
+    backup = actions.add_parser(
+        "backup", help="copy the live SQLite store to PATH (consistent, while it serves)"
+    )
+    backup.add_argument("path", type=Path, metavar="PATH", help="a new file for the copy")
+    restore = actions.add_parser(
+        "restore", help="put a backup in place of the SQLite store (the service stopped)"
+    )
+    restore.add_argument("path", type=Path, metavar="PATH", help="a file made by fleet backup")
+    for sub in (actions.choices["serve"], actions.choices["status"], export, backup, restore):
         sub.add_argument(
             "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
         )
