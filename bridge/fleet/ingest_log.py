@@ -10,6 +10,9 @@ line finds the other's. Each line has:
 - `instance`: the CloudEvents `source` of the event(s): the `ce-source` header, or read from
   a body the source already read (never read here: a request refused on its headers keeps
   its body unread);
+- `traceparent`: the events' CloudEvents distributed-tracing extension (W3C Trace Context),
+  found the same way, when they carry one of the right shape (the fleet stores it with the
+  event as received, so /v1/fleet/events shows it too);
 - `status` and `reason`: the answer's status and its `error` text.
 
 As `extra` fields, so `--log-format json` gives each its own key. A middleware rather than
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
@@ -40,9 +44,13 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class _Attributes(msgspec.Struct):
     source: str = ""
+    traceparent: str = ""
 
 
 _ONE_OR_MANY: Final = msgspec.json.Decoder(_Attributes | list[_Attributes])
+#: W3C Trace Context `traceparent` (version, trace id, parent id, flags): only a value of
+#: this shape is logged, so a post cannot write what it likes into the log.
+_TRACEPARENT: Final = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 def request_id(request: web.Request) -> str:
@@ -50,21 +58,33 @@ def request_id(request: web.Request) -> str:
     return headers.get("webhook-id") or headers.get("x-request-id") or headers.get("ce-id") or "-"
 
 
-async def instances(request: web.Request) -> str:
-    """The instances (event sources) a request is about, as far as is known without reading."""
-    if "ce-source" in request.headers:
-        return request.headers["ce-source"]
-    if not request.content.at_eof() or (request.content_length or 0) > PARSED_BODY:
-        return "-"  # the source did not read the body: neither does the log
-    try:
-        decoded = _ONE_OR_MANY.decode(await request.read())
-    except (msgspec.DecodeError, msgspec.ValidationError, web.HTTPException):
-        return "-"
-    events = decoded if isinstance(decoded, list) else [decoded]
-    names = sorted({event.source for event in events if event.source})
+def _named(values: list[str]) -> str:
+    names = sorted(set(values))
     shown = ",".join(names[:INSTANCES_SHOWN])
     more = len(names) - INSTANCES_SHOWN
     return (shown + (f" and {more} more" if more > 0 else "")) or "-"
+
+
+async def about(request: web.Request) -> tuple[str, str]:
+    """(instances, traceparents) a request is about, as far as is known without reading: the
+    events' `source` and the CloudEvents distributed-tracing `traceparent` they carry."""
+    headers = request.headers
+    if "ce-source" in headers:
+        traceparent = headers.get("ce-traceparent", "")
+        return headers["ce-source"], _named(
+            [traceparent] if _TRACEPARENT.fullmatch(traceparent) else []
+        )
+    if not request.content.at_eof() or (request.content_length or 0) > PARSED_BODY:
+        return "-", "-"  # the source did not read the body: neither does the log
+    try:
+        decoded = _ONE_OR_MANY.decode(await request.read())
+    except (msgspec.DecodeError, msgspec.ValidationError, web.HTTPException):
+        return "-", "-"
+    events = decoded if isinstance(decoded, list) else [decoded]
+    return (
+        _named([e.source for e in events if e.source]),
+        _named([e.traceparent for e in events if _TRACEPARENT.fullmatch(e.traceparent)]),
+    )
 
 
 def _reason(response: web.StreamResponse) -> str:
@@ -100,22 +120,25 @@ def ingest_log(paths: Mapping[str, str]) -> Middleware:
 
 
 async def _log(request: web.Request, ingest: str, response: web.StreamResponse) -> None:
+    instance, traceparent = await about(request)
     fields = {
         "request_id": request_id(request),
         "ingest": ingest,
-        "instance": await instances(request),
+        "instance": instance,
+        "traceparent": traceparent,
         "status": response.status,
         "reason": _reason(response),
     }
     level = logging.ERROR if response.status >= 500 else logging.WARNING
     log.log(
         level,
-        "POST %s refused (%d): request %s, ingest %s, instance %s, from %s: %s",
+        "POST %s refused (%d): request %s, ingest %s, instance %s, trace %s, from %s: %s",
         request.path,
         fields["status"],
         fields["request_id"],
         ingest,
-        fields["instance"],
+        instance,
+        traceparent,
         request.remote,
         fields["reason"],
         extra=fields,

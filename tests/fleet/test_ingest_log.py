@@ -86,3 +86,34 @@ async def test_refused_events_are_logged_with_their_instances_and_reason(
     assert second["request_id"] == "-"
     assert second["instance"].endswith(" and 2 more")  # five instances, three named
     assert second["instance"].count(",") == 2
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def traced(body: bytes, traceparent: str = TRACEPARENT) -> bytes:
+    """`body` with the CloudEvents distributed-tracing extension attribute."""
+    return json.dumps({**json.loads(body), "traceparent": traceparent}).encode()
+
+
+async def test_the_traceparent_is_stored_with_the_event_and_named_in_the_log(
+    fleet_service: FleetFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "bridge.fleet.ingest")
+    kept = traced(transition(gce_vm("web-3"), "n-3", Status.SCHEDULED, T0))
+    structured = {"content-type": "application/cloudevents+json"}
+    async with fleet_service() as svc, httpx.AsyncClient(base_url=svc.url) as http:
+        assert (await http.post("/v1/events", content=kept, headers=structured)).is_success
+        refused = await http.post(
+            "/v1/events", content=traced(invalid("web-4")), headers=structured
+        )
+        forged = await http.post(
+            "/v1/events", content=traced(invalid("web-5"), "00-x\nforged"), headers=structured
+        )
+        (event,) = (await http.get("/v1/fleet/events")).json()  # a CloudEvents batch
+    assert (refused.status_code, forged.status_code) == (400, 400)
+    assert event["traceparent"] == TRACEPARENT  # kept with the event as received
+    first, second = (vars(line) for line in refused_lines(caplog))
+    assert first["traceparent"] == TRACEPARENT
+    assert TRACEPARENT in caplog.records[0].getMessage()
+    assert second["traceparent"] == "-"  # not of the W3C shape: not written to the log
