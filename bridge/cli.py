@@ -55,11 +55,11 @@ def _add_fleet_parser(commands: Any) -> None:
     fleet = commands.add_parser(
         "fleet",
         help="the fleet service: ingest every sidecar's events, serve the fleet state",
-        description="Run the fleet service (default), print its summary or export its audit "
-        "log. The service ingests the events of every sidecar (POST /v1/events, the webhook "
-        "sink's target), keeps one fleet state (SQLite by default) and serves /v1/fleet/... "
-        "(notices, upcoming, instances, eligible, summary, events), /metrics, /healthz and "
-        "/readyz. See docs/fleet.md.",
+        description="Run the fleet service (default), print its summary, export its audit "
+        "log, or back up and restore its SQLite store. The service ingests the events of "
+        "every sidecar (POST /v1/events, the webhook sink's target), keeps one fleet state "
+        "(SQLite by default) and serves /v1/fleet/... (notices, upcoming, instances, "
+        "eligible, summary, events), /metrics, /healthz and /readyz. See docs/fleet.md.",
     )
     fleet.add_argument(
         "--config", "-c", type=Path, default=None, help="TOML file with the [fleet] tables"
