@@ -429,6 +429,7 @@ def test_compose_brings_up_the_fleet_with_postgres_and_sidecars(tmp_path: Path) 
         assert svc["cap_drop"] == ["ALL"]
         assert parse_command(svc["command"])
     # Each sidecar's configuration loads as the bridge would load it in its container.
+    providers: set[str] = set()
     for svc in sidecars:
         mounts = {v.split(":")[1]: Path(v.split(":")[0]) for v in svc["volumes"]}
         config_file = mounts[str(parse_command(svc["command"]).config)]
@@ -438,9 +439,13 @@ def test_compose_brings_up_the_fleet_with_postgres_and_sidecars(tmp_path: Path) 
         path = tmp_path / "sidecar.toml"
         path.write_text(text)
         config, _ = load_config(path, svc["environment"])
-        assert config.source.provider in ("gce", "azure")
+        providers.add(config.source.provider)
         (sink,) = config.sinks
         assert getattr(sink, "url", None) == "http://fleet:8470/v1/events"
+    # One VM of each cloud: three identities, three rows on the fleet page.
+    assert providers == {"gce", "azure", "aws"}
+    simulated = {parse_command(s["command"]).provider for s in simulators}
+    assert simulated == providers
     # The fleet's configuration is the PostgreSQL example, its secret the sidecars' one.
     fleet_mounts = dict(v.split(":")[:2] for v in fleet["volumes"])
     assert Path(next(k for k, v in fleet_mounts.items() if v.endswith("fleet.toml"))) == (
