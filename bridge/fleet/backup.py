@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import sys
 from pathlib import Path
 
 from bridge.fleet.config import FleetConfig
@@ -89,6 +90,7 @@ def restore(source: Path, store: Path) -> None:
         backup_db = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:
         raise BackupError(f"cannot read {source}: {exc}") from exc
+    created = not store.exists()
     try:
         try:
             _check(backup_db, source)
@@ -119,3 +121,15 @@ def restore(source: Path, store: Path) -> None:
                 target.close()
     finally:
         backup_db.close()
+    if created:
+        _owned_like_its_directory(store)
+
+
+def _owned_like_its_directory(path: Path) -> None:
+    """A store file root just created belongs to whoever owns its directory (the service's
+    user: systemd's StateDirectory, the container's volume), or the service could not write
+    it. Restoring into an existing file keeps that file's owner anyway."""
+    if sys.platform == "win32" or os.geteuid() != 0:
+        return
+    directory = path.parent.stat()
+    os.chown(path, directory.st_uid, directory.st_gid)

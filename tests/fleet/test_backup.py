@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import sqlite3
 import sys
@@ -22,6 +23,7 @@ from bridge.fleet.backup import BackupError, backup, restore
 from bridge.pipeline.model import Status
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import T0, gce_vm, transition
+from tests.support import running_as_root
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = {"content-type": "application/cloudevents-batch+json"}
@@ -97,9 +99,15 @@ async def test_a_backup_taken_during_ingest_restores_every_acknowledged_event(
 
     restored = tmp_path / "restored" / "fleet.sqlite3"
     restored.parent.mkdir()
+    if sys.platform != "win32" and running_as_root():
+        os.chown(restored.parent, 65534, 65534)  # as under systemd: the service user's directory
     config = store_config(tmp_path / "restored.toml", restored)
     code, out, err = await fleet_cli(config, "restore", str(copy))
     assert code == 0, err
+    # One file, no -wal or -shm left behind (the service creates its own, as its own user),
+    # owned like its directory.
+    assert [p.name for p in restored.parent.iterdir()] == [restored.name]
+    assert restored.stat().st_uid == restored.parent.stat().st_uid
     found = event_ids(restored)
     assert before <= found  # every event acknowledged before the backup
     assert found <= set(acknowledged)  # and nothing that was never sent
