@@ -32,6 +32,8 @@ import msgspec
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from bridge import contract
+
 log = logging.getLogger("bridge.fleet.ingest")
 
 #: Instances named in one line, at most (a refused batch can hold thousands of events).
@@ -48,9 +50,9 @@ class _Attributes(msgspec.Struct):
 
 
 _ONE_OR_MANY: Final = msgspec.json.Decoder(_Attributes | list[_Attributes])
-#: W3C Trace Context `traceparent` (version, trace id, parent id, flags): only a value of
-#: this shape is logged, so a post cannot write what it likes into the log.
-_TRACEPARENT: Final = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+#: Only a `traceparent` of the contract's shape is logged, so a post cannot write what it
+#: likes into the log.
+_TRACEPARENT: Final = re.compile(contract.TRACEPARENT_PATTERN)
 
 
 def request_id(request: web.Request) -> str:

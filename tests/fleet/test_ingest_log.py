@@ -13,9 +13,10 @@ import logging
 import httpx
 import pytest
 
-from bridge.pipeline.events import parse
+from bridge.pipeline.events import parse, serialize, to_cloudevent
 from bridge.pipeline.model import Status
 from sinks.base import Ok
+from tests.factories import sample_notices
 from tests.fleet.conftest import SECRET, FleetFactory
 from tests.fleet.factories import T0, gce_vm, transition
 from tests.fleet.test_http_source import sink
@@ -117,3 +118,26 @@ async def test_the_traceparent_is_stored_with_the_event_and_named_in_the_log(
     assert first["traceparent"] == TRACEPARENT
     assert TRACEPARENT in caplog.records[0].getMessage()
     assert second["traceparent"] == "-"  # not of the W3C shape: not written to the log
+
+
+@pytest.mark.parametrize("mode", ["structured", "binary", "batch"])
+async def test_a_maintenance_traceparent_travels_from_the_writer_to_the_fleets_audit_log(
+    fleet_service: FleetFactory, mode: str
+) -> None:
+    """The sidecar writes the CloudEvents distributed-tracing extension on each maintenance
+    event; the webhook sink carries it in every content mode (binary: `ce-traceparent`) and
+    the fleet keeps it with the event."""
+    notices = sample_notices(2, gce_vm("web-7"))
+    events = [parse(serialize(to_cloudevent(notice))) for notice in notices]
+    written = [str(event.get_extension("traceparent")) for event in events]
+    async with fleet_service() as svc, httpx.AsyncClient(base_url=svc.url) as http:
+        client = sink(svc.url, mode)
+        requests = [events] if mode == "batch" else [[event] for event in events]
+        try:
+            results = [await client.publish(request) for request in requests]
+        finally:
+            await client.close(1.0)
+        assert all(isinstance(result, Ok) for result in results)
+        stored = (await http.get("/v1/fleet/events")).json()
+    assert [event["traceparent"] for event in stored] == written
+    assert len({parent.split("-")[1] for parent in written}) == 1  # one maintenance, one trace
