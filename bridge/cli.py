@@ -62,16 +62,16 @@ def _speed(text: str) -> float:
 
 
 def _add_fleet_parser(commands: Any) -> None:
-    """`fleet [serve|status|validate-config|export]` (run by bridge/fleet/cli.py, imported
+    """`fleet [serve|status|validate-config|export|backup|restore]` (run by bridge/fleet/cli.py, imported
     only then)."""
     fleet = commands.add_parser(
         "fleet",
         help="the fleet service: ingest every sidecar's events, serve the fleet state",
-        description="Run the fleet service (default), print its summary or export its audit "
-        "log. The service ingests the events of every sidecar (POST /v1/events, the webhook "
-        "sink's target), keeps one fleet state (SQLite by default) and serves /v1/fleet/... "
-        "(notices, upcoming, instances, eligible, summary, events), /metrics, /healthz and "
-        "/readyz. See docs/fleet.md.",
+        description="Run the fleet service (default), print its summary, export its audit "
+        "log, or back up and restore its SQLite store. The service ingests the events of "
+        "every sidecar (POST /v1/events, the webhook sink's target), keeps one fleet state "
+        "(SQLite by default) and serves /v1/fleet/... (notices, upcoming, instances, "
+        "eligible, summary, events), /metrics, /healthz and /readyz. See docs/fleet.md.",
     )
     fleet.add_argument(
         "--config", "-c", type=Path, default=None, help="TOML file with the [fleet] tables"
@@ -114,7 +114,15 @@ def _add_fleet_parser(commands: Any) -> None:
     export.add_argument(
         "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
     )
-    for sub in (actions.choices["serve"], actions.choices["status"], check, export):
+    backup = actions.add_parser(
+        "backup", help="copy the live SQLite store to PATH (consistent, while it serves)"
+    )
+    backup.add_argument("path", type=Path, metavar="PATH", help="a new file for the copy")
+    restore = actions.add_parser(
+        "restore", help="put a backup in place of the SQLite store (the service stopped)"
+    )
+    restore.add_argument("path", type=Path, metavar="PATH", help="a file made by fleet backup")
+    for sub in (actions.choices["serve"], actions.choices["status"], check, export, backup, restore):
         sub.add_argument(
             "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
         )
@@ -183,6 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="play several simulated VMs (GCE and Azure) through real bridges into a local "
         "fleet service over HTTP, and print where to look",
+    )
+    demo.add_argument(
+        "--keep",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --fleet: keep serving the fleet page after the scenarios until Ctrl-C "
+        "(default); --no-keep ends with the scenarios",
     )
 
     commands.add_parser(

@@ -55,6 +55,10 @@ KindName = Literal[
 ]
 StatusName = Literal["scheduled", "started", "completed", "cancelled"]
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+#: The CloudEvents distributed-tracing extension: a W3C Trace Context `traceparent`
+#: (version, trace id, parent id, flags), as the schema's `traceparent` pattern says.
+TRACEPARENT_PATTERN: Final = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+TraceParent = Annotated[str, msgspec.Meta(pattern=TRACEPARENT_PATTERN)]
 Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
@@ -272,6 +276,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
     dataschema: Literal["https://maintenancebridge.io/schemas/maintenance-event/v1.json"] = (
         SCHEMA_URI
     )
+    #: Maintenance events since 1.x (additive); None on others and on older events.
+    traceparent: TraceParent | None = None
 
     @property
     def is_maintenance(self) -> bool:
@@ -298,6 +304,7 @@ class _Envelope(msgspec.Struct, frozen=True, kw_only=True):
     datacontenttype: Literal["application/json"]
     dataschema: Literal["https://maintenancebridge.io/schemas/maintenance-event/v1.json"]
     data: msgspec.Raw
+    traceparent: TraceParent | None = None
 
 
 _ENVELOPE: Final = msgspec.json.Decoder(_Envelope)
@@ -338,6 +345,7 @@ def from_cloudevent(value: bytes | str | Mapping[str, Any]) -> Event:
         subject=envelope.subject,
         time=envelope.time,
         data=data,
+        traceparent=envelope.traceparent,
     )
 
 
@@ -394,6 +402,7 @@ def to_dict(event: Event) -> dict[str, Any]:
         "dataschema": event.dataschema,
         "subject": event.subject,
         "time": rfc3339(event.time),
+        **({"traceparent": event.traceparent} if event.traceparent is not None else {}),
         "data": msgspec.to_builtins(event.data),
     }
 

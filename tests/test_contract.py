@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -98,12 +99,35 @@ def test_every_type_of_the_schema_has_a_data_struct_and_back() -> None:
 
 
 def test_the_maintenance_writer_keeps_its_bytes() -> None:
-    """Event ids and bytes are forever: the writer's output for a fixed notice is pinned."""
+    """Event ids and bytes are forever: the writer's output for a fixed notice is pinned. The
+    one change since is additive: the traceparent attribute after dataschema (issue 35);
+    without it the bytes are exactly the ones pinned before."""
     body = serialize(to_cloudevent(sample_notices(1)[0]))
     assert hashlib.sha256(body).hexdigest() == PINNED_SHA256, body.decode()
+    added = f', "traceparent": "{PINNED_TRACEPARENT}"'.encode()
+    assert body.count(added) == 1
+    assert hashlib.sha256(body.replace(added, b"")).hexdigest() == PINNED_BEFORE_TRACEPARENT
 
 
-PINNED_SHA256 = "88019e1dc0c330326ef70db11291edadf95f715843e638a2f09728f748b45df9"
+PINNED_SHA256 = "fab06e6efe505640ba70fd72d689d015d4afb53a9c95b721492a09a8bd4b0763"
+PINNED_TRACEPARENT = "00-e9319618a91e52b1a56f6d2a80abaa7d-0884116ed7df578a-01"
+PINNED_BEFORE_TRACEPARENT = "88019e1dc0c330326ef70db11291edadf95f715843e638a2f09728f748b45df9"
+
+
+def test_every_transition_of_one_maintenance_shares_its_trace() -> None:
+    """One trace per maintenance (follow it from the metadata service to the fleet), one span
+    per transition; announced again, an event carries the same traceparent."""
+    notices = sample_notices(3)
+    parents = [str(to_cloudevent(n).get_extension("traceparent")) for n in notices]
+    again = [str(to_cloudevent(n).get_extension("traceparent")) for n in notices]
+    assert parents == again
+    for parent in parents:
+        assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", parent), parent
+    by_notice: dict[str, set[str]] = {}
+    for notice, parent in zip(notices, parents, strict=True):
+        by_notice.setdefault(notice.notice_id, set()).add(parent.split("-")[1])
+    assert all(len(traces) == 1 for traces in by_notice.values())
+    assert len({parent.split("-")[2] for parent in parents}) == len(parents)
 
 
 def _written_events() -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 import pytest
 
 from bridge import contract
@@ -33,7 +34,14 @@ from tests.typed_samples import AT, FRACTION, NOTICES, actions_config
 BEFORE: dict[str, Any] = json.loads(
     (Path(__file__).parent / "fixtures" / "typed" / "before.json").read_text(encoding="utf-8")
 )
-EVENTS = [contract.from_cloudevent(serialize(to_cloudevent(notice))) for notice in NOTICES]
+#: The events as the sidecar wrote them when the fixture was made: before the additive
+#: `traceparent` attribute (issue 35), as events spooled by an older version still are.
+EVENTS = [
+    msgspec.structs.replace(
+        contract.from_cloudevent(serialize(to_cloudevent(notice))), traceparent=None
+    )
+    for notice in NOTICES
+]
 CONFIG = actions_config()
 
 GRANTS = (
@@ -162,3 +170,17 @@ async def test_a_planned_action_that_does_not_read_back_is_logged_not_a_crash_at
         assert await spool.action_state(next(iter(broken))) == "planned"
     finally:
         await spool.close()
+
+
+def test_a_traceparent_reaches_a_hook_and_the_status_api_after_dataschema() -> None:
+    """Events written now carry the CloudEvents distributed-tracing extension; a hook's stdin
+    and the status API show it where the writer put it, the rest unchanged."""
+    traced = [contract.from_cloudevent(serialize(to_cloudevent(notice))) for notice in NOTICES]
+    for event, before in zip(traced, EVENTS, strict=True):
+        assert event.traceparent is not None
+        written = json.loads(hooks.stdin_body(event))
+        assert list(written)[list(written).index("dataschema") + 1] == "traceparent"
+        assert written.pop("traceparent") == event.traceparent
+        assert written == json.loads(hooks.stdin_body(before))
+    (first, *_) = json.loads(status_api.notices_body(traced[:1]))
+    assert first["traceparent"] == traced[0].traceparent

@@ -359,7 +359,7 @@ class FleetApiRoutes:
     # -- operations -------------------------------------------------------------------------
 
     async def metrics(self, _request: web.Request) -> web.Response:
-        text = await metrics.render(self.store, self.stats, [s.name for s in self.sources])
+        text = await metrics.render(self.store, self.stats, self.sources)
         return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_TEXT})
 
     async def openapi(self, _request: web.Request) -> web.Response:

@@ -19,10 +19,13 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import IO, Any
 
 from bridge import contract
 from bridge.fleet.api import BadQuery, epoch_rfc3339, fleet_summary, moment
+from bridge.fleet.backup import BackupError, backup, restore, sqlite_path
 from bridge.fleet.config import FleetConfig, load_fleet_config
 from bridge.fleet.service import FleetListenerError, FleetService, build_store
 from bridge.fleet.store import EventQuery, Store, StoreError
@@ -33,7 +36,7 @@ CSV_COLUMNS = ("seq", "received_at", "ingest", "source", "id", "type", "subject"
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `fleet [serve|status|validate-config|export]`; configuration errors propagate to
+    """Run `fleet [serve|status|validate-config|export|backup|restore]`; configuration errors propagate to
     bridge.cli."""
     config = load_fleet_config(args.config)
     action = args.fleet_command or "serve"
@@ -48,9 +51,11 @@ def main(args: argparse.Namespace) -> int:
             return asyncio.run(_serve(config))
         if action == "status":
             return asyncio.run(_with_store(config, lambda store: _status(store, sys.stdout)))
+        if action in ("backup", "restore"):
+            return _backup_or_restore(config, action, args.path)
         _known_type(args.type)
         return asyncio.run(_with_store(config, lambda store: _export(store, args, sys.stdout)))
-    except (StoreError, FleetListenerError, BadQuery) as exc:
+    except (StoreError, FleetListenerError, BadQuery, BackupError) as exc:
         print(f"maintenance-bridge fleet: {exc}", file=sys.stderr)
         return EXIT_FAILURE
 
@@ -70,6 +75,18 @@ async def _serve(config: FleetConfig) -> int:
     stop = asyncio.Event()
     _install_signal_handlers(stop)
     await FleetService(config).run(stop)
+    return EXIT_OK
+
+
+def _backup_or_restore(config: FleetConfig, action: str, path: Path) -> int:
+    """`fleet backup PATH` / `fleet restore PATH` of the SQLite store (bridge.fleet.backup)."""
+    store = sqlite_path(config, action)
+    if action == "backup":
+        size = backup(store, path)
+        print(f"backed up {store} to {path} ({size:,} bytes)")
+    else:
+        restore(path, store)
+        print(f"restored {store} from {path}")
     return EXIT_OK
 
 

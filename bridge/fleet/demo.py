@@ -11,7 +11,10 @@ Plays simulated VMs through real bridges into a real fleet service over HTTP:
 
 Each VM has its own bridge (watcher, SQLite spool, dispatcher) whose webhook sink posts
 signed batches to the fleet service's `POST /v1/events`, with heartbeats every 10 s. The
-demo prints the URLs to look at while it plays, and the fleet summary at the end.
+demo prints the URLs to look at while it plays, and the fleet summary when the scenarios are
+over. Then it keeps serving (the bridges keep sending heartbeats, so the page stays live)
+until Ctrl-C, which ends it cleanly with "stopped"; `--no-keep` ends it with the scenarios
+instead (scripts, tests). The store lives in a temporary directory, deleted at the end.
 """
 
 from __future__ import annotations
@@ -139,10 +142,31 @@ async def run_demo(args: argparse.Namespace) -> int:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.5)
             if not stop.is_set():
-                await asyncio.sleep(3.0)  # let the last notices be delivered
+                # Let the last notices be delivered (or Ctrl-C, which ends the wait).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 3.0)
+            if not stop.is_set():
+                print("\nscenario over; the fleet saw:", file=sys.stderr)
+                await _status(service.store, sys.stdout)
+                if _keeps_serving(args):
+                    print(
+                        f"\nthe fleet service keeps serving at {url}/ (the VMs keep reporting); "
+                        "Ctrl-C to stop",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    await stop.wait()
+                    print("stopped", file=sys.stderr)
+            else:
+                print("\nstopped; the fleet saw:", file=sys.stderr)
+                await _status(service.store, sys.stdout)
             for event in stops:
                 event.set()
             await asyncio.gather(*tasks, return_exceptions=True)
-            print("\nscenario over; the fleet saw:", file=sys.stderr)
-            await _status(service.store, sys.stdout)
     return 0
+
+
+def _keeps_serving(args: argparse.Namespace) -> bool:
+    """`--keep` (the command line's default) or `--no-keep`; a caller that builds its own
+    arguments without the flag (a script) gets the scenarios' end, not a wait for Ctrl-C."""
+    return bool(getattr(args, "keep", False))

@@ -12,10 +12,10 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from bridge.fleet.state import instance_state
-from bridge.fleet.store import IngestResult, Store
+from bridge.fleet.store import IngestResult, Store, StoreError
 from bridge.infra.prometheus import Exposition, Histogram
 
 #: Ingest lag (receive time - event time), seconds: a live stream is sub-second, a backlog
@@ -61,28 +61,38 @@ class IngestStats:
         self.counts[(source, "invalid")] += count
 
 
-async def render(store: Store, stats: IngestStats, sources: Iterable[str]) -> str:
+class _Source(Protocol):
+    """What the scrape needs of a source (bridge.fleet.sources.base.Source)."""
+
+    name: str
+
+    def health(self) -> Any: ...
+
+
+async def render(store: Store, stats: IngestStats, sources: Iterable[_Source]) -> str:
+    """The exposition. A store that fails to answer turns `fleet_store_up` to 0 and leaves out
+    the figures read from it, rather than failing the scrape: the ingest counters and the
+    sources' state are what an operator needs most while the store is down."""
+    sources = list(sources)
     out = Exposition()
     out.add(
-        "fleet_notices_in_force",
+        "fleet_source_up",
         "gauge",
-        "Maintenance notices in force (scheduled or started) across the fleet.",
-        (
-            ({"provider": p, "zone": z or "", "kind": k, "status": s}, n)
-            for p, z, k, s, n in await store.notice_counts()
-        ),
+        "1 when the ingest source consumes (what /readyz shows for it), 0 when it stopped.",
+        (({"source": s.name}, 1 if s.health().ok else 0) for s in sources),
     )
-    now = time.time()
-    states: Counter[str] = Counter({"reporting": 0, "silent": 0})
-    for instance in await store.instances():
-        states[instance_state(instance, now)[0]] += 1
+    try:
+        await _store_figures(out, store)
+        store_up = 1
+    except StoreError:
+        store_up = 0
     out.add(
-        "fleet_instances",
+        "fleet_store_up",
         "gauge",
-        "Instances known to the fleet, by heartbeat state (silent: 3 intervals missed).",
-        (({"state": state}, n) for state, n in sorted(states.items())),
+        "1 when the fleet store answered this scrape's reads, 0 when it failed.",
+        [({}, store_up)],
     )
-    names = sorted(set(sources) | {source for source, _ in stats.counts})
+    names = sorted({s.name for s in sources} | {source for source, _ in stats.counts})
     out.add(
         "fleet_ingest_events_total",
         "counter",
@@ -110,11 +120,37 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[str]) -> st
         "Requests answered 429 because their address failed too many credentials.",
         [({}, stats.auth.throttled)],
     )
+    return out.text()
+
+
+async def _store_figures(out: Exposition, store: Store) -> None:
+    """The figures read from the store at scrape time (right on every replica); all read
+    before any is added, so a store failing midway adds none of them."""
+    notices = await store.notice_counts()
+    instances = await store.instances()
     counts: dict[str, Any] = await store.counts()
+    out.add(
+        "fleet_notices_in_force",
+        "gauge",
+        "Maintenance notices in force (scheduled or started) across the fleet.",
+        (
+            ({"provider": p, "zone": z or "", "kind": k, "status": s}, n)
+            for p, z, k, s, n in notices
+        ),
+    )
+    now = time.time()
+    states: Counter[str] = Counter({"reporting": 0, "silent": 0})
+    for instance in instances:
+        states[instance_state(instance, now)[0]] += 1
+    out.add(
+        "fleet_instances",
+        "gauge",
+        "Instances known to the fleet, by heartbeat state (silent: 3 intervals missed).",
+        (({"state": state}, n) for state, n in sorted(states.items())),
+    )
     out.add(
         "fleet_store_rows",
         "gauge",
         "Rows in the fleet store, by table.",
         (({"table": table}, n) for table, n in sorted(counts.items())),
     )
-    return out.text()

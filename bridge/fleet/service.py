@@ -22,10 +22,11 @@ from bridge.fleet.auth import AccessGuard
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
 from bridge.fleet.connections import ConnectionGuard, connection_cap, raise_file_limit
+from bridge.fleet.ingest_log import ingest_log
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Ingestor, Source
-from bridge.fleet.sources.http import HttpSource
+from bridge.fleet.sources.http import PATH, HttpSource
 from bridge.fleet.sqlite_store import SqliteStore
 from bridge.fleet.store import Store, StoreError
 from bridge.fleet.web.routes import DashboardRoutes
@@ -98,9 +99,11 @@ class FleetService:
 
     def application(self) -> web.Application:
         limits = [s.max_body for s in self.config.sources if isinstance(s, HttpSourceConfig)]
+        http = [s.name for s in self.sources if isinstance(s, HttpSource)]
+        ingest = {PATH: http[0]} if http else {}
         app = web.Application(
             client_max_size=max(limits, default=1024 * 1024),
-            middlewares=[self.api.errors, self.guard.middleware],
+            middlewares=[self.api.errors, self.guard.middleware, ingest_log(ingest)],
         )
         for source in self.sources:
             if isinstance(source, HttpSource):

@@ -37,6 +37,8 @@ EVENT_TYPES: Final = MAINTENANCE_TYPES
 
 # Fixed forever: changing it would change every event id ever emitted.
 _ID_NAMESPACE: Final = uuid.UUID("6f1c3a52-90b1-4c57-9d1e-6a0c1b7e2d45")
+# Fixed forever too: the trace ids of events already delivered must not change.
+_TRACE_NAMESPACE: Final = uuid.UUID("0b5a7f0e-3c1d-5e8a-9f42-7d6c2e1b4a93")
 
 
 def event_id(notice: Notice) -> str:
@@ -45,6 +47,18 @@ def event_id(notice: Notice) -> str:
         (notice.instance.source, notice.notice_id, notice.status.value, notice.revision)
     )
     return str(uuid.uuid5(_ID_NAMESPACE, key))
+
+
+def traceparent(notice: Notice) -> str:
+    """The CloudEvents distributed-tracing extension (W3C Trace Context `traceparent`) of the
+    event announcing `notice`: one trace per maintenance (the trace id is a UUIDv5 of the
+    source and the notice id), one span per transition (the parent id is derived from the
+    event id). Deterministic like the id, so an event announced again carries the same one,
+    and every event of one maintenance, from the metadata service to the fleet's audit log,
+    shares one trace id."""
+    trace = uuid.uuid5(_TRACE_NAMESPACE, f"{notice.instance.source}\n{notice.notice_id}").hex
+    span = uuid.uuid5(_TRACE_NAMESPACE, event_id(notice)).hex[:16]
+    return f"00-{trace}-{span}-01"  # version 00, sampled
 
 
 def rfc3339(value: datetime | None) -> str | None:
@@ -103,6 +117,7 @@ def to_cloudevent(notice: Notice) -> CloudEvent:
         "time": notice.observed_at.astimezone(UTC),
         "datacontenttype": CONTENT_TYPE,
         "dataschema": SCHEMA_URI,
+        "traceparent": traceparent(notice),
     }
     return CloudEvent(attributes, notice_data(notice))
 

@@ -81,6 +81,8 @@ def as_object(event: contract.Event) -> dict[str, object]:
     }
     order = _AUDIT_ORDER if event.type in AUDIT_TYPES else _MAINTENANCE_ORDER
     result: dict[str, object] = {name: attributes[name] for name in order}
+    if event.traceparent is not None:  # after the others, as `to_cloudevent` writes it
+        result["traceparent"] = event.traceparent
     result["data"] = msgspec.to_builtins(event.data)
     return result
 

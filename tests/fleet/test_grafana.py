@@ -18,6 +18,10 @@ from typing import Any, Final
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bridge.actions.coordination import budget
+from bridge.actions.coordination.settings import Coordination
+from bridge.infra.prometheus import Exposition
+from bridge.infra.validation import validate
 from bridge.simulator import Simulator
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.world import FLEET
@@ -95,9 +99,21 @@ def queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-async def test_every_query_names_an_exported_metric(
+def budget_scrape() -> str:
+    """The maintenance budget's figures as a sidecar with coordination exports them. Only the
+    names and labels are wanted here, so the budget is built on an etcd client that is never
+    called (tests/test_coordination.py scrapes them from a budget at work on a real etcd)."""
+    settings = validate(Coordination, {"endpoints": ["http://127.0.0.1:9"]})
+    out = Exposition()
+    budget.build(settings).export(out)
+    return out.text()
+
+
+async def exported_metrics(
     gce_sim: Simulator, tmp_path: Path, fleet_service: FleetFactory
-) -> None:
+) -> dict[str, set[str]]:
+    """Every metric a sidecar (with its budget) and a fleet service export, with its labels,
+    from real scrapes."""
     # Two 503s first, so the error counter has samples (and labels) to check.
     gce_sim.faults.set(provider="gce", status_burst=(503, 2))
     async with observed(gce_sim, tmp_path / "sidecar") as (running, client):
@@ -114,11 +130,17 @@ async def test_every_query_names_an_exported_metric(
 
         await eventually(counted)
         fleet = (await http.get("/metrics")).text
-    metrics = {**exported(sidecar), **exported(fleet)}
+    metrics = {**exported(sidecar), **exported(fleet), **exported(budget_scrape())}
     assert "maintenance_bridge_spool_pending" in metrics  # both scrapes were read
     assert "cause" in metrics["maintenance_bridge_metadata_errors_total"]
     assert "fleet_ingest_lag_seconds_bucket" in metrics
+    return metrics
 
+
+async def test_every_query_names_an_exported_metric(
+    gce_sim: Simulator, tmp_path: Path, fleet_service: FleetFactory
+) -> None:
+    metrics = await exported_metrics(gce_sim, tmp_path, fleet_service)
     dashboard = json.loads(DASHBOARD.read_text())
     found = queries(dashboard)
     assert len(found) >= 10

@@ -41,6 +41,7 @@ BINARY_HEADERS = [
     "ce_time",
     "content-type",
     "ce_dataschema",
+    "ce_traceparent",
     "ce_partitionkey",
 ]
 EVENTHUBS_CONNECTION = (

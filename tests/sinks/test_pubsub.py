@@ -43,6 +43,7 @@ BINARY_KEYS = {
     "ce-time",
     "ce-subject",
     "ce-dataschema",
+    "ce-traceparent",
     "content-type",
 }
 
@@ -199,7 +200,10 @@ async def test_fleet_events_arrive_intact_in_per_vm_order(pubsub_topic: Topic, m
             expected = as_dict(event)
             assert set(attributes) == BINARY_KEYS
             assert attributes["content-type"] == "application/json"
-            for name in ("specversion", "id", "source", "type", "time", "subject", "dataschema"):
+            for name in (
+                "specversion", "id", "source", "type", "time", "subject", "dataschema",
+                "traceparent",
+            ):  # fmt: skip
                 assert attributes[f"ce-{name}"] == expected[name]
             assert json.loads(message.data) == expected["data"]
         else:
