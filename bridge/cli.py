@@ -62,8 +62,8 @@ def _speed(text: str) -> float:
 
 
 def _add_fleet_parser(commands: Any) -> None:
-    """`fleet [serve|status|validate-config|export|backup|restore]` (run by bridge/fleet/cli.py, imported
-    only then)."""
+    """`fleet [serve|status|validate-config|export|backup|restore]` (run by
+    bridge/fleet/cli.py, imported only then)."""
     fleet = commands.add_parser(
         "fleet",
         help="the fleet service: ingest every sidecar's events, serve the fleet state",
@@ -122,7 +122,14 @@ def _add_fleet_parser(commands: Any) -> None:
         "restore", help="put a backup in place of the SQLite store (the service stopped)"
     )
     restore.add_argument("path", type=Path, metavar="PATH", help="a file made by fleet backup")
-    for sub in (actions.choices["serve"], actions.choices["status"], check, export, backup, restore):
+    for sub in (
+        actions.choices["serve"],
+        actions.choices["status"],
+        check,
+        export,
+        backup,
+        restore,
+    ):
         sub.add_argument(
             "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
         )

@@ -19,7 +19,6 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,8 +35,8 @@ CSV_COLUMNS = ("seq", "received_at", "ingest", "source", "id", "type", "subject"
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `fleet [serve|status|validate-config|export|backup|restore]`; configuration errors propagate to
-    bridge.cli."""
+    """Run `fleet [serve|status|validate-config|export|backup|restore]`; configuration errors
+    propagate to bridge.cli."""
     config = load_fleet_config(args.config)
     action = args.fleet_command or "serve"
     if action == "validate-config":  # loading it validated it: errors went to bridge.cli
