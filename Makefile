@@ -39,7 +39,14 @@ lint: $(BIN)/.installed
 # The same sources as Windows sees them: a POSIX-only call on a Windows path fails here.
 	$(BIN)/mypy --platform win32
 
-test: lint
+# checkov (the manifests' policy checks, tests/test_deploy.py) pins libraries older than the
+# development tools need (cyclonedx-python-lib, packaging): a virtual environment of its own.
+CHECKOV_VENV := $(VENV)/checkov
+$(CHECKOV_VENV)/bin/checkov:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet checkov==3.3.30
+
+test: lint $(CHECKOV_VENV)/bin/checkov
 	$(BIN)/pytest
 
 # The benchmark suite (5 to 6 minutes on 2 cores): bench/results/report.md and latency.png.
