@@ -36,6 +36,7 @@ import msgspec
 
 from bridge.config import apply_env_overrides, read_toml
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
+from bridge.fleet.identity.config import IdentityConfig, IdentityMode
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.infra import tls
 from bridge.infra.secrets import Secret
@@ -135,6 +136,9 @@ class HttpSourceConfig(_Table, frozen=True, kw_only=True):
     max_body: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_BODY
     #: Seconds a webhook-timestamp may differ from now (Standard Webhooks: 5 minutes).
     tolerance: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    #: Instance identity (`[fleet.identity]`, bridge/fleet/identity/): events only from
+    #: enrolled sidecars about their own VM ("required"), or marked when they are ("optional").
+    identity: IdentityMode = "off"
 
     def __post_init__(self) -> None:
         for index, secret in enumerate(self.all_secrets()):
@@ -171,6 +175,7 @@ class FleetConfig(_Table, frozen=True, kw_only=True):
     listener: FleetListener = FleetListener()
     store: FleetStore = FleetStore()
     api: FleetApi = FleetApi()
+    identity: IdentityConfig | None = None
     sources: tuple[Any, ...] = ()
 
     def source_names(self) -> list[str]:
@@ -214,6 +219,12 @@ def parse_fleet_config(raw: Mapping[str, Any], origin: str = "configuration") ->
                 problems.append(
                     f"fleet.sources[{index}]: an http source without secrets or token only "
                     f"takes unsigned events on a loopback listener, not on {config.listener.host}"
+                )
+        for index, source in enumerate(sources):
+            if getattr(source, "identity", "off") != "off" and config.identity is None:
+                problems.append(
+                    f"fleet.sources[{index}].identity: needs a [fleet.identity] table "
+                    "(its trust material and credential key)"
                 )
     if problems or config is None:
         raise ConfigError(problems, origin)

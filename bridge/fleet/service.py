@@ -20,6 +20,7 @@ from aiohttp import web
 from bridge.fleet.api import FleetApiRoutes
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
+from bridge.fleet.identity.wiring import FleetIdentity
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Ingestor, Source
@@ -48,10 +49,12 @@ def build_store(url: str) -> Store:
     return store
 
 
-def build_source(config: Any) -> Source:
-    """The source of one `[[fleet.sources]]` entry (bus sources add their type here)."""
+def build_source(config: Any, identity: FleetIdentity | None = None) -> Source:
+    """The source of one `[[fleet.sources]]` entry (bus sources add their type here), with
+    its identity gate when `[fleet.identity]` is configured."""
     if isinstance(config, HttpSourceConfig):
-        return HttpSource(config)
+        gate = identity.gate(config.name, config.identity) if identity is not None else None
+        return HttpSource(config, gate)
     if isinstance(config, PubsubSourceConfig):
         from bridge.fleet.sources.pubsub import PubsubSource
 
@@ -75,7 +78,8 @@ class FleetService:
         self.store = store or build_store(config.store.url)
         self.stats = IngestStats()
         self.ingestor = Ingestor(self.store, self.stats)
-        self.sources = [build_source(source) for source in config.sources]
+        self.identity = FleetIdentity(config.identity, self.store) if config.identity else None
+        self.sources = [build_source(source, self.identity) for source in config.sources]
         self.api = FleetApiRoutes(self.store, config.api, self.stats, self.sources)
         self.url = ""
         #: The listener's certificate files while it serves TLS.
@@ -89,6 +93,8 @@ class FleetService:
         for source in self.sources:
             if isinstance(source, HttpSource):
                 source.add_routes(app)
+        if self.identity is not None:
+            self.identity.add_routes(app)  # POST /v1/enroll
         self.api.add_routes(app)
         DashboardRoutes(self.store, self.config.api.eligible_horizon).add_routes(app)
         return app

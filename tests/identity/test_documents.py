@@ -19,47 +19,7 @@ from bridge.fleet.identity.trust import TrustFiles
 from bridge.simulator import Simulator
 
 from .conftest import AUDIENCE
-
-GOOGLE = {"Metadata-Flavor": "Google"}
-AZURE = {"Metadata": "true"}
-
-
-async def gce_token(sim: Simulator, client: httpx.AsyncClient) -> httpx.Response:
-    return await client.get(
-        f"{sim.gce_url}instance/service-accounts/default/identity",
-        params={"audience": AUDIENCE, "format": "full"},
-        headers=GOOGLE,
-    )
-
-
-async def azure_token(sim: Simulator, client: httpx.AsyncClient) -> httpx.Response:
-    return await client.get(
-        f"{sim.base_url}/metadata/identity/oauth2/token",
-        params={"api-version": "2018-02-01", "resource": AUDIENCE},
-        headers=AZURE,
-    )
-
-
-async def azure_attested(sim: Simulator, client: httpx.AsyncClient, nonce: str) -> httpx.Response:
-    return await client.get(
-        f"{sim.base_url}/metadata/attested/document",
-        params={"api-version": "2020-09-01", "nonce": nonce},
-        headers=AZURE,
-    )
-
-
-async def aws_document(sim: Simulator, client: httpx.AsyncClient) -> tuple[str, str]:
-    token = await client.put(
-        f"{sim.base_url}/latest/api/token",
-        headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"},
-    )
-    headers = {"X-aws-ec2-metadata-token": token.text}
-    base = f"{sim.base_url}/latest/dynamic/instance-identity"
-    document = await client.get(f"{base}/document", headers=headers)
-    signature = await client.get(f"{base}/signature", headers=headers)
-    assert document.status_code == signature.status_code == 200
-    return document.text, signature.text
-
+from .documents import AZURE, GOOGLE, aws_document, azure_attested, azure_token, gce_token
 
 # -- each cloud's document verifies and names the instance ------------------------------------
 

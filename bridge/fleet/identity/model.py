@@ -31,7 +31,7 @@ class Attested:
 
     provider: str
     method: Method
-    id: str | None
+    id: str | None = None
     name: str | None = None
     zone: str | None = None
     project: str | None = None

@@ -83,7 +83,7 @@ class TrustFiles:
     azure_jwks: Pem | None = None
     azure_ca: Pem | None = None
     aws_certificate: Pem | None = None
-    _watched: dict[str, _Watched[Any]] = field(default_factory=dict, repr=False)
+    _watched: dict[str, _Watched[Any]] = field(default_factory=dict, repr=False, init=False)
 
     def _get(self, name: str, parse: Any) -> Any:
         source = getattr(self, name)

@@ -33,6 +33,9 @@ from aiohttp import web
 
 from bridge import contract
 from bridge.fleet.config import HttpSourceConfig
+from bridge.fleet.identity.credential import HEADER as CREDENTIAL_HEADER
+from bridge.fleet.identity.gate import IdentityGate
+from bridge.fleet.identity.screen import screen
 from bridge.fleet.sources.base import Ingestor, SourceHealth, classify
 from bridge.fleet.store import Accepted, Refused, StoreError
 from sinks import _webhook_signing as signing
@@ -53,8 +56,9 @@ def _bad(status: int, reason: str, **extra: object) -> web.Response:
 class HttpSource:
     """`POST /v1/events` on the fleet listener (see the module docstring)."""
 
-    def __init__(self, config: HttpSourceConfig) -> None:
+    def __init__(self, config: HttpSourceConfig, identity: IdentityGate | None = None) -> None:
         self.name = config.name
+        self.identity = identity
         self._config = config
         self._keys = [signing.standard_key(s.get_secret_value()) for s in config.all_secrets()]
         self._ingestor: Ingestor | None = None
@@ -154,10 +158,16 @@ class HttpSource:
         except contract.ContractError as exc:
             return await self._commit(ingestor, [], [(0, Refused(body, str(exc)))])
         accepted, refused = classify(bodies)
-        return await self._commit(ingestor, accepted, refused)
+        # instance identity (bridge/fleet/identity/): 401/403, the refused kept in `rejected`
+        gated = screen(self.identity, request.headers.get(CREDENTIAL_HEADER), accepted, refused)
+        return await self._commit(ingestor, gated.accepted, gated.refused, gated.status)
 
     async def _commit(
-        self, ingestor: Ingestor, accepted: list[Accepted], refused: list[tuple[int, Refused]]
+        self,
+        ingestor: Ingestor,
+        accepted: list[Accepted],
+        refused: list[tuple[int, Refused]],
+        status: int = 400,
     ) -> web.Response:
         try:
             result = await ingestor.commit(self.name, accepted, [r for _, r in refused])
@@ -176,7 +186,7 @@ class HttpSource:
         if refused:
             reasons = [{"index": i, "reason": r.reason} for i, r in refused[:REASONS_SHOWN]]
             first = refused[0][1].reason
-            return _bad(400, f"refused: {first}", refused=reasons, **counts)
+            return _bad(status or 400, f"refused: {first}", refused=reasons, **counts)
         return web.json_response(counts)
 
 

@@ -1,0 +1,65 @@
+"""AWS trust on first use, recorded in the fleet store (table `attestations`).
+
+An AWS instance identity document never changes and never expires, so whoever read it once
+(a process on the VM, a log, a backup) can present it again. As SPIRE's `aws_iid` attestor
+does, the first enrollment of an instance wins and each later one is refused until an
+operator allows one more (`allow`): after a reinstall of the sidecar, say. The rows live in
+the fleet store (SQLite or PostgreSQL), so every replica of the fleet sees the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from bridge.fleet.store import Store
+
+_CREATE: Final = """CREATE TABLE IF NOT EXISTS attestations (
+    instance TEXT PRIMARY KEY,
+    first_at DOUBLE PRECISION NOT NULL,
+    last_at DOUBLE PRECISION NOT NULL,
+    enrollments INTEGER NOT NULL,
+    allowed INTEGER NOT NULL
+)"""
+
+
+class StoreLedger:
+    """`Ledger` over the fleet store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def first_use(self, instance: str, now: float) -> bool:
+        def claim(db: Any) -> bool:
+            db.execute(_CREATE)
+            row = db.execute(
+                "SELECT allowed FROM attestations WHERE instance = ?", (instance,)
+            ).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO attestations (instance, first_at, last_at, enrollments,"
+                    " allowed) VALUES (?, ?, ?, 1, 0)",
+                    (instance, now, now),
+                )
+                return True
+            if not row[0]:
+                return False
+            db.execute(
+                "UPDATE attestations SET last_at = ?, enrollments = enrollments + 1,"
+                " allowed = 0 WHERE instance = ?",
+                (now, instance),
+            )
+            return True
+
+        return await self.store.transaction(claim)
+
+    async def allow(self, instance: str) -> bool:
+        """Let `instance` enroll once more; False if it never enrolled."""
+
+        def grant(db: Any) -> bool:
+            db.execute(_CREATE)
+            cursor = db.execute(
+                "UPDATE attestations SET allowed = 1 WHERE instance = ?", (instance,)
+            )
+            return bool(cursor.rowcount)
+
+        return await self.store.transaction(grant)

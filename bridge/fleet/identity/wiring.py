@@ -1,0 +1,69 @@
+"""The fleet service's identity part, built from `[fleet.identity]`: the enroller behind
+`POST /v1/enroll` and the gate of each source."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+from aiohttp import web
+
+from bridge.fleet.store import Store, StoreError
+
+from .config import IdentityConfig, IdentityMode
+from .enrollment import Enroller
+from .gate import IdentityGate
+from .ledger import StoreLedger
+from .model import AttestationError
+
+log = logging.getLogger("bridge.fleet.identity")
+ENROLL_PATH: Final = "/v1/enroll"
+
+
+class FleetIdentity:
+    def __init__(self, config: IdentityConfig, store: Store) -> None:
+        self.credentials = config.credentials()
+        self.ledger = StoreLedger(store)
+        self.enroller = Enroller(
+            config.trust_files(), config.policy(), self.credentials, self.ledger
+        )
+        self.gates: dict[str, IdentityGate] = {}
+        self.enrolled = 0
+        self.refused = 0
+
+    def gate(self, source: str, mode: IdentityMode) -> IdentityGate:
+        """The gate of source `source` (kept for /metrics)."""
+        gate = self.gates[source] = IdentityGate(mode, self.credentials)
+        return gate
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post(ENROLL_PATH, self.enroll)
+
+    async def enroll(self, request: web.Request) -> web.Response:
+        body = await request.content.read(64 * 1024 + 1)
+        try:
+            issued = await self.enroller.enroll(body, time.time())
+        except AttestationError as exc:
+            self.refused += 1
+            log.warning(
+                "enrollment from %s refused (%d): %s", request.remote, exc.status, exc.reason
+            )
+            return web.json_response({"error": exc.reason}, status=exc.status)
+        except StoreError as exc:
+            log.error("enrollment: cannot record it: %s", exc)
+            return web.json_response(
+                {"error": "the fleet store cannot commit now; retry"},
+                status=503,
+                headers={"Retry-After": "5"},
+            )
+        self.enrolled += 1
+        attested = issued.attested
+        log.info("enrolled %s (%s)", attested.source, attested.method)
+        return web.json_response(
+            {
+                "credential": issued.token,
+                "expires_at": issued.expires_at,
+                "instance": attested.as_dict(),
+            }
+        )
