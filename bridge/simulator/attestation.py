@@ -25,13 +25,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-#: Attestation faults (`fault.set attestation=...`), per provider: what each cloud's documents
-#: can get wrong. AWS documents carry no audience and no expiry.
-ATTESTATION_FAULTS: Final = {
-    "gce": ("expired", "wrong_audience", "bad_signature", "other_vm"),
-    "azure": ("expired", "wrong_audience", "wrong_resource", "bad_signature", "other_vm"),
-    "aws": ("bad_signature", "other_vm", "replayed"),
-}
 #: The DNS name on the certificate signing attested documents (Azure's is metadata.azure.com).
 SIGNER_NAME: Final = "metadata.simulator.invalid"
 _VALIDITY: Final = datetime.timedelta(days=30)

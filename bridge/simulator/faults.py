@@ -3,7 +3,7 @@
 Counted faults (``status_burst``, ``drop``, ``malformed``, ``missing_vendor_header``,
 ``redirect``) are consumed one per request, so a test can say "the next 3 requests fail" and
 then observe recovery.  Flags (``hang``, ``rate_limit``), ``latency`` and ``attestation`` (what
-the identity documents get wrong: `bridge.simulator.attestation.ATTESTATION_FAULTS`) stay until
+the identity documents get wrong: each part's `attestation_faults`) stay until
 changed.
 """
 
@@ -103,9 +103,9 @@ FIELDS = (
 
 
 def _attestation_fault(provider: str, value: Any) -> str:
-    from .attestation import ATTESTATION_FAULTS
+    from .part import part
 
-    known = ATTESTATION_FAULTS.get(provider, ())
+    known = part(provider).attestation_faults
     if value in (None, "", False):
         return ""
     if value not in known:

@@ -111,9 +111,8 @@ async def test_aws_identity_document_and_signature(
     ident = sim.identity.aws
     assert attested.id == ident.instance_id
     assert attested.account == ident.account_id
-    assert attested.source == (
-        f"arn:aws:ec2:{ident.region}:{ident.account_id}:instance/{ident.instance_id}"
-    )
+    assert attested.location == ident.region
+    assert attested.source is None  # the ARN is claimed at enrollment and checked then
 
 
 async def test_aws_pkcs7_documents_verify_as_cms(

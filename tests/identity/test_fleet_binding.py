@@ -7,6 +7,8 @@ kept in `rejected`.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -16,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge.fleet.identity.credential import HEADER
+from bridge.infra.credential import HEADER
 from bridge.pipeline.model import Instance, Provider
 from bridge.simulator import Simulator
 from tests.fleet.factories import heartbeat
@@ -24,7 +26,8 @@ from tests.fleet.test_end_to_end import FleetProcess
 from tests.support import free_port
 
 from .conftest import AUDIENCE
-from .documents import enrollment, source_of
+from .documents import enrollment as enrollment_request
+from .documents import source_of
 
 pytestmark = pytest.mark.slow
 KEY = "k" * 40
@@ -33,7 +36,7 @@ NOW = datetime.now(UTC)
 
 
 def fleet_toml(folder: Path, port: int, material: dict[str, Any], mode: str = "required") -> Path:
-    (folder / "jwks.json").write_text(__import__("json").dumps(material["jwks"]))
+    (folder / "jwks.json").write_text(json.dumps(material["jwks"]))
     (folder / "ca.pem").write_text(material["ca_pem"])
     (folder / "aws.pem").write_text(material["certificate_pem"])
     config = folder / "fleet.toml"
@@ -117,7 +120,7 @@ def vm_of(sim: Simulator, cloud: str) -> Instance:
 
 async def enroll(fleet: httpx.AsyncClient, sim: Simulator, method: str) -> httpx.Response:
     async with httpx.AsyncClient(timeout=10) as metadata:
-        request = await enrollment(sim, metadata, method)
+        request = await enrollment_request(sim, metadata, method)
     return await fleet.post("/v1/enroll", json=request)
 
 
@@ -215,3 +218,39 @@ async def test_a_replayed_aws_document_is_refused(sim: Simulator, fleet: httpx.A
     again = await enroll(fleet, sim, "aws_iid")
     assert again.status_code == 403
     assert "attested before" in again.json()["error"]
+
+
+async def test_the_sidecar_renews_with_its_credential_not_its_document(
+    sim: Simulator, fleet: httpx.AsyncClient
+) -> None:
+    """AWS's document is taken once: renewals present the credential instead, so a sidecar
+    keeps its identity for as long as it renews in time; a refused renewal attests again."""
+    from bridge.infra.credential import EnrollmentPending, IdentitySettings
+    from bridge.pipeline.enrollment import Enrollment
+
+    now = [time.time()]
+    settings = IdentitySettings(enroll_url=f"{fleet.base_url}/v1/enroll", audience=AUDIENCE)
+    enrollment = Enrollment(settings, clock=lambda: now[0])
+    documents = 0
+
+    async def attest(audience: str) -> dict[str, str]:
+        nonlocal documents
+        documents += 1
+        async with httpx.AsyncClient(timeout=10) as metadata:
+            request = await enrollment_request(sim, metadata, "aws_iid")
+        return {k: v for k, v in request.items() if k != "source"}
+
+    with pytest.raises(EnrollmentPending, match="not identified"):
+        await enrollment.credential()
+    enrollment.identified("aws", vm_of(sim, "aws"), attest)
+    first = await enrollment.credential()
+    assert await enrollment.credential() == first  # held, not fetched again
+    now[0] += 3600 * 0.81  # past 80 % of its life
+    renewed = await enrollment.credential()
+    assert renewed != first
+    assert documents == 1
+    assert (await post(fleet, heartbeat(vm_of(sim, "aws"), NOW), renewed)).status_code == 200
+    enrollment.invalidate()
+    with pytest.raises(EnrollmentPending, match="attested before"):
+        await enrollment.credential()  # a new document for the same instance: refused
+    assert documents == 2

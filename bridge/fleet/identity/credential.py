@@ -17,9 +17,6 @@ from typing import Any, Final
 from .model import AttestationError, Attested
 
 ISSUER: Final = "maintenance-bridge-fleet"
-#: The header (HTTP) and the CloudEvents extension attribute (buses) carrying it.
-HEADER: Final = "Maintenance-Bridge-Credential"
-ATTRIBUTE: Final = "bridgecredential"
 #: A credential longer than this is refused unread (and never issued).
 MAX_LENGTH: Final = 1024
 MIN_KEY_BYTES: Final = 32

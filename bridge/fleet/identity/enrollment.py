@@ -3,9 +3,10 @@ out (see `credential`).
 
 The request (JSON, at most `MAX_REQUEST` bytes)::
 
-    {"method": "gce_iit" | "azure_msi" | "azure_attested" | "aws_iid",
+    {"method": "gce_iit" | "azure_msi" | "azure_attested" | "aws_iid" | "renew",
      "source": "<the CloudEvents source the sidecar's events carry>",
-     "document": "<the JWT, the attested document's signature, or the AWS document>",
+     "document": "<the JWT, the attested document's signature, the AWS document, or (renew)
+                  the current credential>",
      "signature": "<AWS: the document's signature>", "nonce": "<Azure attested: the nonce>"}
 
 The document is verified (`verify`); then the claimed `source` must be the attested
@@ -30,6 +31,7 @@ from .trust import TrustFiles
 
 MAX_REQUEST: Final = 32 * 1024
 _SUBSCRIPTION: Final = re.compile(r"/subscriptions/([^/]+)/", re.IGNORECASE)
+_AWS_PARTITIONS: Final = ("aws", "aws-cn", "aws-us-gov")
 
 
 class Ledger(Protocol):
@@ -89,18 +91,17 @@ class Enroller:
     async def enroll(self, body: bytes, now: float) -> Issued:
         request = parse(body)
         source = _text(request, "source")
+        if request.get("method") == "renew":
+            # a credential still valid buys its successor: no document needed (AWS's could
+            # not be presented twice), one HMAC check
+            attested = self.credentials.check(_text(request, "document"))
+            if not _same_source(attested, source):
+                raise AttestationError(f"the credential names {attested.source!r}", 403)
+            return self.credentials.issue(attested, now)
         attested = self._verify(request)
         if attested.source is None:
-            # Azure's attested document names vmId and subscription, not the resource: the
-            # claimed resource must be in that subscription, and is bound from now on.
-            found = _SUBSCRIPTION.match(source)
-            if found is None or found[1].lower() != str(attested.subscription).lower():
-                raise AttestationError(
-                    f"source {source!r} is not in the attested subscription "
-                    f"{attested.subscription}",
-                    403,
-                )
-            attested = replace(attested, source=source)
+            _check_claim(attested, source)
+            attested = replace(attested, source=source)  # bound from now on
         elif not _same_source(attested, source):
             raise AttestationError(f"the document names {attested.source!r}, not {source!r}", 403)
         if attested.method == "aws_iid" and not await self.ledger.first_use(
@@ -113,6 +114,26 @@ class Enroller:
                 403,
             )
         return self.credentials.issue(attested, now)
+
+
+def _check_claim(attested: Attested, source: str) -> None:
+    """A source the document does not spell out must agree with what it does name: Azure's
+    attested document (the subscription), AWS's (region, account and instance id of the ARN,
+    in any of AWS's partitions)."""
+    if attested.provider == "aws":
+        expected = f":ec2:{attested.location}:{attested.account}:instance/{attested.id}"
+        partition, _, rest = source.removeprefix("arn:").partition(":")
+        if source.startswith("arn:") and partition in _AWS_PARTITIONS and f":{rest}" == expected:
+            return
+        raise AttestationError(
+            f"the document names instance {attested.id} ({expected[1:]}), not {source!r}", 403
+        )
+    found = _SUBSCRIPTION.match(source)
+    if found is None or found[1].lower() != str(attested.subscription).lower():
+        raise AttestationError(
+            f"source {source!r} is not in the attested subscription {attested.subscription}",
+            403,
+        )
 
 
 def _same_source(attested: Attested, source: str) -> bool:

@@ -25,15 +25,17 @@ class AttestationError(Exception):
 class Attested:
     """The instance a document names. `id` is None where the document does not carry it (an
     Azure token names the resource, not the vmId); `source` is the CloudEvents source the
-    sidecar's events carry (GCE: built from project, zone and name; Azure: the resource id;
-    AWS: the instance ARN), None where the document cannot name it (Azure's attested
-    document: vmId and subscription only)."""
+    sidecar's events carry (GCE: built from project, zone and name; Azure: the resource id),
+    None where the document does not name it: Azure's attested document (vmId and
+    subscription only) and AWS's (the ARN's parts, not the ARN), whose enrollment checks the
+    claimed source against those parts and binds it."""
 
     provider: str
     method: Method
     id: str | None = None
     name: str | None = None
     zone: str | None = None
+    location: str | None = None
     project: str | None = None
     subscription: str | None = None
     account: str | None = None

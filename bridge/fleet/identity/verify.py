@@ -16,8 +16,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bridge.providers.aws.imds import arn_partition
-
 from .model import AttestationError, Attested
 from .pkcs7 import signed_content
 from .trust import TrustFiles
@@ -186,14 +184,12 @@ def aws(document: str, signature: str, trust: TrustFiles) -> Attested:
         instance_id = str(fields["instanceId"])
     except (ValueError, KeyError, TypeError) as exc:
         raise AttestationError(f"identity document unreadable: {exc}") from exc
-    arn = f"arn:{arn_partition(region)}:ec2:{region}:{account}:instance/{instance_id}"
     return Attested(
         provider="aws",
         method="aws_iid",
         id=instance_id,
         name=instance_id,
         zone=fields.get("availabilityZone"),
+        location=region,
         account=account,
-        resource_id=arn,
-        source=arn,
     )

@@ -33,11 +33,11 @@ from aiohttp import web
 
 from bridge import contract
 from bridge.fleet.config import HttpSourceConfig
-from bridge.fleet.identity.credential import HEADER as CREDENTIAL_HEADER
 from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.identity.screen import screen
 from bridge.fleet.sources.base import Ingestor, SourceHealth, classify
 from bridge.fleet.store import Accepted, Refused, StoreError
+from bridge.infra.credential import HEADER as CREDENTIAL_HEADER
 from sinks import _webhook_signing as signing
 
 log = logging.getLogger("bridge.fleet.http")
