@@ -30,6 +30,10 @@ class IngestStats:
 
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     lag: dict[str, Histogram] = field(default_factory=dict)
+    #: Instance identity (bridge/fleet/identity/): events by (source, outcome: attested,
+    #: unattested, refused_credential, refused_binding) and enrollments by outcome.
+    identity: Counter[tuple[str, str]] = field(default_factory=Counter)
+    enrollments: Counter[str] = field(default_factory=Counter)
 
     def record(self, source: str, result: IngestResult) -> None:
         self.counts[(source, "accepted")] += result.accepted
@@ -81,6 +85,19 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[str]) -> st
         "Receive time minus event time of newly accepted events.",
         (({"source": s}, stats.lag.setdefault(s, Histogram(LAG_BUCKETS))) for s in names),
     )
+    if stats.identity or stats.enrollments:
+        out.add(
+            "fleet_identity_events_total",
+            "counter",
+            "Events by ingest source and identity outcome (refused ones are in `rejected`).",
+            (({"source": s, "outcome": o}, n) for (s, o), n in sorted(stats.identity.items())),
+        )
+        out.add(
+            "fleet_enrollments_total",
+            "counter",
+            "POST /v1/enroll answers, by outcome (issued, renewed, refused).",
+            (({"outcome": o}, n) for o, n in sorted(stats.enrollments.items())),
+        )
     counts: dict[str, Any] = await store.counts()
     out.add(
         "fleet_store_rows",

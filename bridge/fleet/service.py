@@ -78,7 +78,9 @@ class FleetService:
         self.store = store or build_store(config.store.url)
         self.stats = IngestStats()
         self.ingestor = Ingestor(self.store, self.stats)
-        self.identity = FleetIdentity(config.identity, self.store) if config.identity else None
+        self.identity = (
+            FleetIdentity(config.identity, self.store, self.stats) if config.identity else None
+        )
         self.sources = [build_source(source, self.identity) for source in config.sources]
         self.api = FleetApiRoutes(self.store, config.api, self.stats, self.sources)
         self.url = ""

@@ -161,6 +161,12 @@ async def test_each_cloud_enrolls_and_only_its_own_events_are_accepted(
     assert len(reasons) == 3
     assert all(reason.startswith("identity: ") for reason in reasons)
 
+    metrics = (await fleet.get("/metrics")).text
+    for outcome, count in (("attested", 1), ("refused_binding", 1), ("refused_credential", 2)):
+        line = f'fleet_identity_events_total{{source="http",outcome="{outcome}"}} {count}'
+        assert line in metrics, metrics
+    assert 'fleet_enrollments_total{outcome="issued"} 1' in metrics
+
 
 async def test_same_source_another_instance_id_is_refused(
     sim: Simulator, fleet: httpx.AsyncClient

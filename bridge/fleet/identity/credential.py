@@ -27,6 +27,8 @@ class Issued:
     token: str
     expires_at: float
     attested: Attested
+    #: Issued for a valid credential (`method = "renew"`), not for a document.
+    renewed: bool = False
 
 
 class Credentials:

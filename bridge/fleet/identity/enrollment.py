@@ -97,7 +97,7 @@ class Enroller:
             attested = self.credentials.check(_text(request, "document"))
             if not _same_source(attested, source):
                 raise AttestationError(f"the credential names {attested.source!r}", 403)
-            return self.credentials.issue(attested, now)
+            return replace(self.credentials.issue(attested, now), renewed=True)
         attested = self._verify(request)
         if attested.source is None:
             _check_claim(attested, source)

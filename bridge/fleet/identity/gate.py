@@ -36,22 +36,27 @@ PASS = Verdict()
 
 
 class IdentityGate:
-    def __init__(self, mode: IdentityMode, credentials: Credentials | None) -> None:
+    def __init__(
+        self,
+        mode: IdentityMode,
+        credentials: Credentials | None,
+        source: str = "",
+        counts: Counter[tuple[str, str]] | None = None,
+    ) -> None:
         if mode != "off" and credentials is None:
             raise ValueError(f'identity = "{mode}" needs a [fleet.identity] table')
         self.mode = mode
         self._credentials = credentials
-        #: (status, kind) -> refusals, for /metrics and the logs.
-        self.refusals: Counter[tuple[int, str]] = Counter()
-        self.attested_events = 0
-        self.unattested_events = 0
+        self._source = source
+        #: (source, outcome) -> events: `fleet_identity_events_total` (IngestStats.identity).
+        self.counts: Counter[tuple[str, str]] = Counter() if counts is None else counts
 
     def check(self, credential: str | None, events: Sequence[Accepted]) -> Verdict:
         if self.mode == "off" or self._credentials is None:
             return PASS
         if not credential:
             if self.mode == "optional":
-                self.unattested_events += len(events)
+                self.counts[(self._source, "unattested")] += len(events)
                 return PASS
             return self._refuse(
                 401, "credential", "no credential: enroll at POST /v1/enroll", range(len(events))
@@ -67,7 +72,7 @@ class IdentityGate:
         ]
         if foreign:
             return self._refuse(403, "binding", foreign[0][1], (i for i, _ in foreign), attested)
-        self.attested_events += len(events)
+        self.counts[(self._source, "attested")] += len(events)
         return Verdict(attested=attested)
 
     def _refuse(
@@ -79,5 +84,5 @@ class IdentityGate:
         attested: Attested | None = None,
     ) -> Verdict:
         refused = tuple(indices)
-        self.refusals[(status, kind)] += max(1, len(refused))
+        self.counts[(self._source, f"refused_{kind}")] += len(refused)
         return Verdict(status, reason, refused, attested)

@@ -9,6 +9,7 @@ from typing import Final
 
 from aiohttp import web
 
+from bridge.fleet.metrics import IngestStats
 from bridge.fleet.store import Store, StoreError
 
 from .config import IdentityConfig, IdentityMode
@@ -22,19 +23,20 @@ ENROLL_PATH: Final = "/v1/enroll"
 
 
 class FleetIdentity:
-    def __init__(self, config: IdentityConfig, store: Store) -> None:
+    def __init__(self, config: IdentityConfig, store: Store, stats: IngestStats) -> None:
         self.credentials = config.credentials()
         self.ledger = StoreLedger(store)
         self.enroller = Enroller(
             config.trust_files(), config.policy(), self.credentials, self.ledger
         )
         self.gates: dict[str, IdentityGate] = {}
-        self.enrolled = 0
-        self.refused = 0
+        self.stats = stats
 
     def gate(self, source: str, mode: IdentityMode) -> IdentityGate:
         """The gate of source `source` (kept for /metrics)."""
-        gate = self.gates[source] = IdentityGate(mode, self.credentials)
+        gate = self.gates[source] = IdentityGate(
+            mode, self.credentials, source, self.stats.identity
+        )
         return gate
 
     def add_routes(self, app: web.Application) -> None:
@@ -45,7 +47,7 @@ class FleetIdentity:
         try:
             issued = await self.enroller.enroll(body, time.time())
         except AttestationError as exc:
-            self.refused += 1
+            self.stats.enrollments["refused"] += 1
             log.warning(
                 "enrollment from %s refused (%d): %s", request.remote, exc.status, exc.reason
             )
@@ -57,7 +59,7 @@ class FleetIdentity:
                 status=503,
                 headers={"Retry-After": "5"},
             )
-        self.enrolled += 1
+        self.stats.enrollments["renewed" if issued.renewed else "issued"] += 1
         attested = issued.attested
         log.info("enrolled %s (%s)", attested.source, attested.method)
         return web.json_response(
