@@ -76,7 +76,12 @@ def _add_fleet_parser(commands: Any) -> None:
     export.add_argument(
         "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
     )
-    for sub in (actions.choices["serve"], actions.choices["status"], export):
+    allow = actions.add_parser(
+        "allow-attestation",
+        help="let an AWS instance enroll once more (its identity document is taken once)",
+    )
+    allow.add_argument("instance", help="the instance's ARN (its events' source)")
+    for sub in (actions.choices["serve"], actions.choices["status"], export, allow):
         sub.add_argument(
             "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
         )

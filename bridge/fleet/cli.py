@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from bridge.fleet.api import BadQuery, fleet_summary, moment
 from bridge.fleet.config import FleetConfig, load_fleet_config
+from bridge.fleet.identity import ledger
 from bridge.fleet.service import FleetListenerError, FleetService, build_store
 from bridge.fleet.store import EventQuery, Store, StoreError
 
@@ -39,6 +40,9 @@ def main(args: argparse.Namespace) -> int:
             return asyncio.run(_serve(config))
         if action == "status":
             return asyncio.run(_with_store(config, lambda store: _status(store, sys.stdout)))
+        if action == "allow-attestation":
+            allow = ledger.allow_command(args.instance, sys.stdout)
+            return asyncio.run(_with_store(config, allow))
         return asyncio.run(_with_store(config, lambda store: _export(store, args, sys.stdout)))
     except (StoreError, FleetListenerError, BadQuery) as exc:
         print(f"maintenance-bridge fleet: {exc}", file=sys.stderr)

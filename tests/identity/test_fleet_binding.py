@@ -7,7 +7,9 @@ kept in `rejected`.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -218,12 +220,25 @@ async def test_azure_attested_document_of_another_vm_cannot_claim_this_one(
     assert "instance id" in answer.json()["error"]
 
 
-async def test_a_replayed_aws_document_is_refused(sim: Simulator, fleet: httpx.AsyncClient) -> None:
+async def test_a_replayed_aws_document_is_refused_until_an_operator_allows_one_more(
+    sim: Simulator, fleet: httpx.AsyncClient, tmp_path: Path
+) -> None:
     assert (await enroll(fleet, sim, "aws_iid")).status_code == 200
     sim.faults.set("aws", attestation="replayed")
     again = await enroll(fleet, sim, "aws_iid")
     assert again.status_code == 403
     assert "attested before" in again.json()["error"]
+
+    allow = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "bridge", "fleet", "allow-attestation", source_of(sim, "aws")),
+        *("--config", str(tmp_path / "fleet.toml")),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await allow.communicate()
+    assert allow.returncode == 0, out
+    assert b"may enroll once more" in out
+    assert (await enroll(fleet, sim, "aws_iid")).status_code == 200
+    assert (await enroll(fleet, sim, "aws_iid")).status_code == 403
 
 
 async def test_the_sidecar_renews_with_its_credential_not_its_document(

@@ -9,7 +9,8 @@ the fleet store (SQLite or PostgreSQL), so every replica of the fleet sees the s
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import IO, Any, Final
 
 from bridge.fleet.store import Store
 
@@ -63,3 +64,17 @@ class StoreLedger:
             return bool(cursor.rowcount)
 
         return await self.store.transaction(grant)
+
+
+def allow_command(instance: str, out: IO[str]) -> Callable[[Store], Awaitable[int]]:
+    """`maintenance-bridge fleet allow-attestation ARN`: exit 0 when allowed, 1 when the
+    instance never enrolled (a typo, most likely)."""
+
+    async def run(store: Store) -> int:
+        if await StoreLedger(store).allow(instance):
+            print(f"{instance} may enroll once more with its identity document", file=out)
+            return 0
+        print(f"{instance} never enrolled: nothing to allow", file=out)
+        return 1
+
+    return run
