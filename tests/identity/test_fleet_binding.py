@@ -275,3 +275,46 @@ async def test_the_sidecar_renews_with_its_credential_not_its_document(
     with pytest.raises(EnrollmentPending, match="attested before"):
         await enrollment.credential()  # a new document for the same instance: refused
     assert documents == 2
+
+
+@pytest.fixture
+async def optional_fleet(sim: Simulator, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(timeout=10) as plain:
+        material = (await plain.get(f"{sim.base_url}/_sim/identity/trust")).json()
+    process = FleetProcess(fleet_toml(tmp_path, port, material, mode="optional"), url)
+    await process.start()
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            yield http
+    finally:
+        await process.stop()
+
+
+async def test_optional_identity_takes_unattested_events_and_still_checks_credentials(
+    sim: Simulator, optional_fleet: httpx.AsyncClient
+) -> None:
+    """A fleet migrating sidecar by sidecar: events without a credential pass (counted as
+    unattested); a credential that is sent must verify and bind."""
+    own = vm_of(sim, "gce")
+    assert (await post(optional_fleet, heartbeat(own, NOW), None)).status_code == 200
+    credential = (await enroll(optional_fleet, sim, "gce_iit")).json()["credential"]
+    other = replace(own, id="another-id", source=own.source + "-b")
+    assert (await post(optional_fleet, heartbeat(other, NOW), credential)).status_code == 403
+    bad = await post(optional_fleet, heartbeat(own, NOW, sequence=1), "not-a-credential")
+    assert bad.status_code == 401
+    metrics = (await optional_fleet.get("/metrics")).text
+    assert 'fleet_identity_events_total{source="http",outcome="unattested"} 1' in metrics
+
+
+async def test_enrollment_requests_are_bounded_and_checked(fleet: httpx.AsyncClient) -> None:
+    huge = await fleet.post("/v1/enroll", content=b"{" + b" " * 40_000 + b"}")
+    assert huge.status_code == 413
+    assert (await fleet.post("/v1/enroll", content=b"[]")).status_code == 400
+    unknown = await fleet.post("/v1/enroll", json={"method": "tpm", "source": "x", "document": "y"})
+    assert unknown.status_code == 400
+    assert "unknown method" in unknown.json()["error"]
+    missing = await fleet.post("/v1/enroll", json={"method": "gce_iit", "source": "x"})
+    assert missing.status_code == 400
+    assert "'document'" in missing.json()["error"]

@@ -13,7 +13,7 @@ from bridge.fleet.metrics import IngestStats
 from bridge.fleet.store import Store, StoreError
 
 from .config import IdentityConfig, IdentityMode
-from .enrollment import Enroller
+from .enrollment import MAX_REQUEST, Enroller
 from .gate import IdentityGate
 from .ledger import StoreLedger
 from .model import AttestationError
@@ -43,8 +43,16 @@ class FleetIdentity:
         app.router.add_post(ENROLL_PATH, self.enroll)
 
     async def enroll(self, request: web.Request) -> web.Response:
-        body = await request.content.read(64 * 1024 + 1)
         try:
+            length = request.content_length
+            if length is not None and length > MAX_REQUEST:
+                raise AttestationError(f"enrollment request larger than {MAX_REQUEST} bytes", 413)
+            try:
+                body = await request.read()  # bounded by the application's client_max_size
+            except web.HTTPRequestEntityTooLarge:
+                raise AttestationError(
+                    f"enrollment request larger than {MAX_REQUEST} bytes", 413
+                ) from None
             issued = await self.enroller.enroll(body, time.time())
         except AttestationError as exc:
             self.stats.enrollments["refused"] += 1
