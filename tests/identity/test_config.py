@@ -42,6 +42,7 @@ def test_identity_on_a_source_needs_the_identity_table() -> None:
         ({"gce_jwks": None}, "give the trust material of one cloud at least"),
         ({"audience": ""}, "audience: required"),
         ({"credential_ttl": 1}, "credential_ttl"),
+        ({"azure_ca": "/nonexistent/ca.pem"}, "azure_ca: no file /nonexistent/ca.pem"),
     ],
 )
 def test_mistakes_are_named(tmp_path: Path, change: dict[str, object], message: str) -> None:

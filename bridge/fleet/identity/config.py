@@ -66,6 +66,9 @@ class IdentityConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, f
                 pems[key] = Pem.parse(value) if value else None
             except ValueError as exc:
                 raise FieldError(key, str(exc)) from None
+            found = pems[key]
+            if found is not None and found.path is not None and not found.path.is_file():
+                raise FieldError(key, f"no file {found.path}")
         return TrustFiles(**pems)
 
     def policy(self) -> Policy:
