@@ -307,6 +307,15 @@ async def test_optional_identity_takes_unattested_events_and_still_checks_creden
     metrics = (await optional_fleet.get("/metrics")).text
     assert 'fleet_identity_events_total{source="http",outcome="unattested"} 1' in metrics
 
+    status = (await optional_fleet.get("/v1/fleet/identity")).json()
+    (row,) = status["instances"]
+    assert row["source"] == own.source
+    assert row["enrollment"]["method"] == "gce_iit"
+    assert row["last_event_attested"] is False  # its only stored event came without one
+    assert (await post(optional_fleet, heartbeat(own, NOW, sequence=2), credential)).is_success
+    (row,) = (await optional_fleet.get("/v1/fleet/identity")).json()["instances"]
+    assert row["last_event_attested"] is True
+
 
 async def test_enrollment_requests_are_bounded_and_checked(fleet: httpx.AsyncClient) -> None:
     huge = await fleet.post("/v1/enroll", content=b"{" + b" " * 40_000 + b"}")

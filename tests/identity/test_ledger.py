@@ -45,3 +45,17 @@ async def test_first_use_then_refused_until_allowed_once(make_store: Callable[[]
     assert await ledger.first_use(ARN, 5.0) is False
     assert await ledger.first_use(ARN.replace("i-1", "i-2"), 6.0) is True
     await reopened.close()
+
+
+async def test_every_enrollment_is_recorded(make_store: Callable[[], Store]) -> None:
+    store = make_store()
+    await store.open()
+    ledger = StoreLedger(store)
+    gce = "//compute.googleapis.com/projects/p/zones/z/instances/web-1"
+    await ledger.record(gce, "gce_iit", 1.0)
+    await ledger.record(gce, "gce_iit", 5.0)
+    assert await ledger.first_use(ARN, 2.0) is True
+    enrolled = await ledger.enrolled()
+    assert enrolled[gce] == {"method": "gce_iit", "first_at": 1.0, "last_at": 5.0, "enrollments": 2}
+    assert enrolled[ARN]["method"] == "aws_iid"
+    await store.close()

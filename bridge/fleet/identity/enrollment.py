@@ -42,6 +42,10 @@ class Ledger(Protocol):
         operator has allowed another since."""
         ...
 
+    async def record(self, instance: str, method: str, now: float) -> None:
+        """Record an attestation that may repeat (GCE, Azure)."""
+        ...
+
 
 def _text(request: dict[str, Any], key: str) -> str:
     value = request.get(key)
@@ -104,9 +108,11 @@ class Enroller:
             attested = replace(attested, source=source)  # bound from now on
         elif not _same_source(attested, source):
             raise AttestationError(f"the document names {attested.source!r}, not {source!r}", 403)
-        if attested.method == "aws_iid" and not await self.ledger.first_use(
-            str(attested.source), now
-        ):
+        else:
+            attested = replace(attested, source=source)  # the events' spelling (Azure: case)
+        if attested.method != "aws_iid":
+            await self.ledger.record(str(attested.source), attested.method, now)
+        elif not await self.ledger.first_use(str(attested.source), now):
             raise AttestationError(
                 f"instance {attested.id} was attested before: an AWS identity document is "
                 "accepted once (it can be replayed); an operator allows a new attestation "

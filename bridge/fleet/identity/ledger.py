@@ -1,4 +1,5 @@
-"""AWS trust on first use, recorded in the fleet store (table `attestations`).
+"""Enrollments recorded in the fleet store (table `attestations`): which instance attested
+how and when (`GET /v1/fleet/identity`), and AWS trust on first use.
 
 An AWS instance identity document never changes and never expires, so whoever read it once
 (a process on the VM, a log, a backup) can present it again. As SPIRE's `aws_iid` attestor
@@ -16,6 +17,7 @@ from bridge.fleet.store import Store
 
 _CREATE: Final = """CREATE TABLE IF NOT EXISTS attestations (
     instance TEXT PRIMARY KEY,
+    method TEXT NOT NULL,
     first_at DOUBLE PRECISION NOT NULL,
     last_at DOUBLE PRECISION NOT NULL,
     enrollments INTEGER NOT NULL,
@@ -37,8 +39,8 @@ class StoreLedger:
             ).fetchone()
             if row is None:
                 db.execute(
-                    "INSERT INTO attestations (instance, first_at, last_at, enrollments,"
-                    " allowed) VALUES (?, ?, ?, 1, 0)",
+                    "INSERT INTO attestations (instance, method, first_at, last_at, enrollments,"
+                    " allowed) VALUES (?, 'aws_iid', ?, ?, 1, 0)",
                     (instance, now, now),
                 )
                 return True
@@ -52,6 +54,37 @@ class StoreLedger:
             return True
 
         return await self.store.transaction(claim)
+
+    async def record(self, instance: str, method: str, now: float) -> None:
+        """An attestation (other than AWS's, which `first_use` records) of `instance`."""
+
+        def upsert(db: Any) -> None:
+            db.execute(_CREATE)
+            db.execute(
+                "INSERT INTO attestations (instance, method, first_at, last_at, enrollments,"
+                " allowed) VALUES (?, ?, ?, ?, 1, 0) ON CONFLICT (instance) DO UPDATE SET"
+                " method = excluded.method, last_at = excluded.last_at,"
+                " enrollments = attestations.enrollments + 1",
+                (instance, method, now, now),
+            )
+
+        await self.store.transaction(upsert)
+
+    async def enrolled(self) -> dict[str, dict[str, Any]]:
+        """Every instance that ever attested: its method, first and last time, count."""
+
+        def rows(db: Any) -> dict[str, dict[str, Any]]:
+            db.execute(_CREATE)
+            found = db.execute(
+                "SELECT instance, method, first_at, last_at, enrollments FROM attestations"
+                " ORDER BY instance"
+            ).fetchall()
+            return {
+                r[0]: {"method": r[1], "first_at": r[2], "last_at": r[3], "enrollments": r[4]}
+                for r in found
+            }
+
+        return await self.store.transaction(rows)
 
     async def allow(self, instance: str) -> bool:
         """Let `instance` enroll once more; False if it never enrolled."""

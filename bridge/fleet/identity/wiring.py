@@ -20,6 +20,7 @@ from .model import AttestationError
 
 log = logging.getLogger("bridge.fleet.identity")
 ENROLL_PATH: Final = "/v1/enroll"
+STATUS_PATH: Final = "/v1/fleet/identity"
 
 
 class FleetIdentity:
@@ -41,6 +42,31 @@ class FleetIdentity:
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post(ENROLL_PATH, self.enroll)
+        app.router.add_get(STATUS_PATH, self.status)
+
+    async def status(self, _request: web.Request) -> web.Response:
+        """`GET /v1/fleet/identity`: per instance, its enrollment (from the store) and
+        whether its last event carried a credential (this process's view): what a fleet
+        migrating with `identity = "optional"` watches."""
+        try:
+            enrolled = await self.ledger.enrolled()
+        except StoreError as exc:
+            log.error("identity status: %s", exc)
+            return web.json_response({"error": "the fleet store cannot answer now"}, status=503)
+        seen: dict[str, tuple[bool, float]] = {}
+        for gate in self.gates.values():
+            for source, (attested, at) in gate.last_seen.items():
+                if source not in seen or at > seen[source][1]:
+                    seen[source] = (attested, at)
+        instances = [
+            {
+                "source": source,
+                "enrollment": enrolled.get(source),
+                "last_event_attested": seen[source][0] if source in seen else None,
+            }
+            for source in sorted(set(enrolled) | set(seen))
+        ]
+        return web.json_response({"count": len(instances), "instances": instances})
 
     async def enroll(self, request: web.Request) -> web.Response:
         try:
