@@ -71,7 +71,12 @@ class Enrollment:
     def identified(self, provider: str, instance: Instance, attest: Attest | None = None) -> None:
         """The watcher named the VM: attest with `provider`'s document from now on."""
         if attest is None:
-            module = importlib.import_module(f"bridge.providers.{provider}.identity")
+            try:
+                module = importlib.import_module(f"bridge.providers.{provider}.identity")
+            except ModuleNotFoundError:
+                self.problem = f"{provider} has no identity document this bridge can read"
+                log.error("[identity]: %s; nothing is sent to the fleet", self.problem)
+                return
             config = self._config
 
             async def attest(audience: str) -> dict[str, str]:
