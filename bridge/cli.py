@@ -114,6 +114,11 @@ def _add_fleet_parser(commands: Any) -> None:
     export.add_argument(
         "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
     )
+    allow = actions.add_parser(
+        "allow-attestation",
+        help="let an AWS instance enroll once more (its identity document is taken once)",
+    )
+    allow.add_argument("instance", help="the instance's ARN (its events' source)")
     backup = actions.add_parser(
         "backup", help="copy the live SQLite store to PATH (consistent, while it serves)"
     )
@@ -129,6 +134,7 @@ def _add_fleet_parser(commands: Any) -> None:
         export,
         backup,
         restore,
+        allow,
     ):
         sub.add_argument(
             "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"

@@ -21,6 +21,7 @@ import msgspec
 from bridge.actions.coordination.settings import Coordination
 from bridge.contract import ProviderName
 from bridge.infra import platform
+from bridge.infra.credential import IdentitySettings
 from bridge.infra.validation import ConfigError as ConfigError
 from bridge.infra.validation import FieldError, render_path, validate_into
 from bridge.providers import registry as providers
@@ -200,6 +201,8 @@ class Config(_Section, frozen=True, kw_only=True):
     status: StatusApi = StatusApi()
     #: The fleet's maintenance budget (bridge/actions/coordination); None: every VM acts alone.
     coordination: Coordination | None = None
+    #: Enrollment with the fleet by the cloud's identity document (bridge/pipeline/enrollment).
+    identity: IdentitySettings | None = None
 
     def action_problems(self) -> list[str]:
         """Hook and approval settings that are valid one by one but not together."""

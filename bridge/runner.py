@@ -26,6 +26,7 @@ from bridge.infra.backoff import keep_running, retry_logger, retry_until_done
 from bridge.infra.observe import Exporter, HealthSource, ReadinessLine
 from bridge.pipeline.approver import Approver
 from bridge.pipeline.dispatch import Dispatcher
+from bridge.pipeline.enrollment import Enrollment
 from bridge.pipeline.events import serialize, to_cloudevent
 from bridge.pipeline.heartbeat import Heartbeats
 from bridge.pipeline.in_force import InForce
@@ -121,6 +122,8 @@ class Bridge:
     sink_checks: SinkChecks = field(init=False)
     #: The notices in force: what `/v1/notices` serves and approvals check.
     in_force: InForce = field(init=False, default_factory=InForce)
+    #: The credential from the fleet (`[identity]`), carried by the webhook sinks.
+    enrollment: Enrollment | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.supervision = Supervision(self.factories)
@@ -135,6 +138,11 @@ class Bridge:
             self.config, self.spool, self._approver().approve, self.in_force.is_scheduled
         )
         self.sink_checks = SinkChecks(self.sinks, self.dispatcher.stats)
+        if self.config.identity is not None:
+            self.enrollment = Enrollment(self.config.identity, self.config)
+            for sink in self.sinks:
+                if hasattr(sink, "enrollment"):  # the sinks that carry the credential
+                    sink.enrollment = self.enrollment
 
     @property
     def watchers(self) -> Mapping[str, Watcher]:
@@ -236,6 +244,8 @@ class Bridge:
         try:
             instance = await watcher.identify()
             self.supervision.instances[name] = instance
+            if self.enrollment is not None:
+                self.enrollment.identified(name, instance)
             log.info("watching %s instance %s (%s)", name, instance.name, instance.source)
             async for update in watcher.watch():
                 events, plan = await self._commit(name, update)

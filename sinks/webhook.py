@@ -43,6 +43,8 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.infra import tls
 from bridge.infra.backoff import parse_retry_after
 from bridge.infra.buildinfo import user_agent
+from bridge.infra.credential import HEADER as CREDENTIAL_HEADER
+from bridge.infra.credential import CredentialSource, EnrollmentPending
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from sinks import _webhook_signing as signing
 from sinks.api import (
@@ -71,6 +73,8 @@ RESPONSE_BODY_KEPT: Final = 64 * 1024
 BATCH_SIZE: Final = 100
 #: How long a disabled sink (410 Gone) asks the dispatcher to wait between (refused) tries.
 DISABLED_RETRY_AFTER: Final = 3600.0
+#: Seconds between delivery attempts while the sidecar is not enrolled with the fleet.
+ENROLL_RETRY_AFTER: Final = 5.0
 #: How long to wait before asking again after a receiver refused the handshake.
 HANDSHAKE_DENIED_RETRY_AFTER: Final = 300.0
 
@@ -247,6 +251,8 @@ class WebhookSink(Sink):
     """
 
     max_batch = 1
+    #: The sidecar's credential (`[identity]`), set by the runner; None: none is sent.
+    enrollment: CredentialSource | None = None
 
     def __init__(self, name: str, config: Config) -> None:
         super().__init__(name)
@@ -408,6 +414,16 @@ class WebhookSink(Sink):
         log.error("sink %s: %s", self.name, self._disabled)
         return Retry(self._disabled, DISABLED_RETRY_AFTER)
 
+    async def _credential(self) -> dict[str, str] | Retry:
+        """The instance credential header when `[identity]` is configured; a `Retry` while
+        the sidecar is not enrolled (its events wait in the spool, none goes unattested)."""
+        if self.enrollment is None:
+            return {}
+        try:
+            return {CREDENTIAL_HEADER: await self.enrollment.credential()}
+        except EnrollmentPending as exc:
+            return Retry(f"not enrolled with the fleet yet: {exc}", ENROLL_RETRY_AFTER)
+
     async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
         return await self._post(lambda: self._encode(batch), [event.get_id() for event in batch])
 
@@ -430,8 +446,11 @@ class WebhookSink(Sink):
         refused = await self._ensure_permission() or self._throttle()
         if refused is not None:
             return refused
+        identity = await self._credential()  # instance identity (bridge/pipeline/enrollment.py)
+        if isinstance(identity, Retry):
+            return identity
         body, binding = encode()
-        headers = {**self._auth_headers(), **binding}
+        headers = {**self._auth_headers(), **binding, **identity}
         headers.update(self._signature(ids, body, headers))
         if self._origin is not None:
             headers["origin"] = self._origin
@@ -445,6 +464,9 @@ class WebhookSink(Sink):
         else:
             if response.status == 410:
                 result = self._disable(410)
+            elif response.status == 401 and self.enrollment is not None and identity:
+                self.enrollment.invalidate()  # expired or revoked: attest again, then resend
+                result = Retry(f"HTTP 401 from {self.display_url}: credential refused")
             else:
                 result = classify_status(response, self.display_url)
         if not isinstance(result, Ok):

@@ -26,6 +26,7 @@ from bridge import contract
 from bridge.fleet.api import BadQuery, epoch_rfc3339, fleet_summary, moment
 from bridge.fleet.backup import BackupError, backup, restore, sqlite_path
 from bridge.fleet.config import FleetConfig, load_fleet_config
+from bridge.fleet.identity import ledger
 from bridge.fleet.service import FleetListenerError, FleetService, build_store
 from bridge.fleet.store import EventQuery, Store, StoreError
 
@@ -52,6 +53,9 @@ def main(args: argparse.Namespace) -> int:
             return asyncio.run(_with_store(config, lambda store: _status(store, sys.stdout)))
         if action in ("backup", "restore"):
             return _backup_or_restore(config, action, args.path)
+        if action == "allow-attestation":
+            allow = ledger.allow_command(args.instance, sys.stdout)
+            return asyncio.run(_with_store(config, allow))
         _known_type(args.type)
         return asyncio.run(_with_store(config, lambda store: _export(store, args, sys.stdout)))
     except (StoreError, FleetListenerError, BadQuery, BackupError) as exc:

@@ -41,6 +41,7 @@ import msgspec
 from bridge.config import apply_env_overrides, read_toml
 from bridge.fleet.auth_config import FleetAuth, check_token
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
+from bridge.fleet.identity.config import IdentityConfig, IdentityMode
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.infra import tls
 from bridge.infra.secrets import Secret
@@ -149,6 +150,9 @@ class HttpSourceConfig(_Table, frozen=True, kw_only=True):
     binary_unsigned_attributes: bool = False
     #: Seconds a webhook-timestamp may differ from now (Standard Webhooks: 5 minutes).
     tolerance: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    #: Instance identity (`[fleet.identity]`, bridge/fleet/identity/): events only from
+    #: enrolled sidecars about their own VM ("required"), or marked when they are ("optional").
+    identity: IdentityMode = "off"
 
     def __post_init__(self) -> None:
         if self.token is not None:
@@ -190,6 +194,7 @@ class FleetConfig(_Table, frozen=True, kw_only=True):
     store: FleetStore = FleetStore()
     api: FleetApi = FleetApi()
     auth: FleetAuth = FleetAuth()
+    identity: IdentityConfig | None = None
     sources: tuple[Any, ...] = ()
 
     def source_names(self) -> list[str]:
@@ -225,6 +230,12 @@ def parse_fleet_config(raw: Mapping[str, Any], origin: str = "configuration") ->
         problems.append(f"fleet.sources: the name {name!r} is used twice; give each a name")
     if config is not None:
         problems += _exposure_problems(config, sources)
+        for index, source in enumerate(sources):
+            if getattr(source, "identity", "off") != "off" and config.identity is None:
+                problems.append(
+                    f"fleet.sources[{index}].identity: needs a [fleet.identity] table "
+                    "(its trust material and credential key)"
+                )
     if problems or config is None:
         raise ConfigError(problems, origin)
     return msgspec.structs.replace(config, sources=tuple(sources))

@@ -12,9 +12,12 @@ Plays simulated VMs through real bridges into a real fleet service over HTTP:
 Each VM has its own bridge (watcher, SQLite spool, dispatcher) whose webhook sink posts
 signed batches to the fleet service's `POST /v1/events`, with heartbeats every 10 s. The
 demo prints the URLs to look at while it plays, and the fleet summary when the scenarios are
-over. Then it keeps serving (the bridges keep sending heartbeats, so the page stays live)
-until Ctrl-C, which ends it cleanly with "stopped"; `--no-keep` ends it with the scenarios
-instead (scripts, tests). The store lives in a temporary directory, deleted at the end.
+over. The fleet requires instance identity: each bridge first enrolls with its VM's identity
+document, signed by the simulators' keys, whose trust material the fleet is configured with
+(docs/security.md "Identity"). When the scenarios are over it keeps serving (the bridges keep
+sending heartbeats, so the page stays live) until Ctrl-C, which ends it cleanly with "stopped";
+`--no-keep` ends it with the scenarios instead (scripts, tests). The store lives in a
+temporary directory, deleted at the end.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import secrets
 import sys
@@ -39,6 +43,22 @@ log = logging.getLogger("bridge.fleet.demo")
 
 AZURE_GROUP = ("db-1", "db-2", "db-3")
 HEARTBEAT_INTERVAL = 10.0
+AUDIENCE = "maintenance-bridge-demo-fleet"
+
+
+def _trust(root: Path, signer: Any) -> dict[str, str]:
+    """The simulators' trust material as the files `[fleet.identity]` names."""
+    material = signer.trust()
+    (root / "jwks.json").write_text(json.dumps(material["jwks"]))
+    (root / "ca.pem").write_text(material["ca_pem"])
+    return {
+        "audience": AUDIENCE,
+        "credential_key": secrets.token_urlsafe(32),
+        "gce_jwks": str(root / "jwks.json"),
+        "azure_jwks": str(root / "jwks.json"),
+        "azure_ca": str(root / "ca.pem"),
+        "azure_signer_name": material["signer_name"],
+    }
 
 
 def _bridge(
@@ -57,6 +77,7 @@ def _bridge(
             "delivery": {"shutdown_timeout": 2.0, "retry_initial": 0.2, "retry_max": 2.0},
             "listener": {"enabled": False},
             "heartbeat": {"interval": HEARTBEAT_INTERVAL},
+            "identity": {"enroll_url": f"{fleet_url}/v1/enroll", "audience": AUDIENCE},
             "sinks": [
                 {
                     "type": "webhook",
@@ -76,7 +97,9 @@ async def run_demo(args: argparse.Namespace) -> int:
     from bridge.cli import _install_signal_handlers
     from bridge.providers.azure.simulated.group import AzureGroup
     from bridge.simulator import Simulator
+    from bridge.simulator.attestation import Signer
 
+    signer = Signer()  # both simulators sign with it: one set of trust material
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     stop = asyncio.Event()
     _install_signal_handlers(stop)
@@ -87,7 +110,8 @@ async def run_demo(args: argparse.Namespace) -> int:
                 "fleet": {
                     "listener": {"port": 0},
                     "store": {"url": f"sqlite://{root / 'fleet.sqlite3'}"},
-                    "sources": [{"type": "http", "secrets": [secret]}],
+                    "identity": _trust(root, signer),
+                    "sources": [{"type": "http", "secrets": [secret], "identity": "required"}],
                 }
             }
         )
@@ -105,6 +129,7 @@ async def run_demo(args: argparse.Namespace) -> int:
             ) as spot_sim,
             AzureGroup(main_sim, AZURE_GROUP) as group,
         ):
+            main_sim.signer = spot_sim.signer = signer
 
             def bridge(provider: Literal["gce", "azure"], source: dict[str, Any], name: str) -> Any:
                 return _bridge(provider, source, root / name, service.url, secret)

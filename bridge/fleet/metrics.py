@@ -46,6 +46,10 @@ class IngestStats:
     def failed(self, at: float, reason: str) -> None:
         """A source's commit failed (`StoreError`): not ready until one succeeds again."""
         self.commit_failure = (at, reason)
+    #: Instance identity (bridge/fleet/identity/): events by (source, outcome: attested,
+    #: unattested, refused_credential, refused_binding) and enrollments by outcome.
+    identity: Counter[tuple[str, str]] = field(default_factory=Counter)
+    enrollments: Counter[str] = field(default_factory=Counter)
 
     def record(self, source: str, result: IngestResult) -> None:
         self.commit_failure = None
@@ -120,6 +124,19 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[_Source]) -
         "Requests answered 429 because their address failed too many credentials.",
         [({}, stats.auth.throttled)],
     )
+    if stats.identity or stats.enrollments:
+        out.add(
+            "fleet_identity_events_total",
+            "counter",
+            "Events by ingest source and identity outcome (refused ones are in `rejected`).",
+            (({"source": s, "outcome": o}, n) for (s, o), n in sorted(stats.identity.items())),
+        )
+        out.add(
+            "fleet_enrollments_total",
+            "counter",
+            "POST /v1/enroll answers, by outcome (issued, renewed, refused).",
+            (({"outcome": o}, n) for o, n in sorted(stats.enrollments.items())),
+        )
     return out.text()
 
 

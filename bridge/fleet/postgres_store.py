@@ -192,6 +192,13 @@ class PostgresStore(ReadQueries):
 
         return await self._run(self._writer, "write", write)
 
+    async def transaction(self, fn: Callable[[Any], T]) -> T:
+        def write(db: _Qmark) -> T:
+            with db.connection.transaction():
+                return fn(db)
+
+        return await self._run(self._writer, "write", write)
+
 
 def _reason(exc: psycopg.Error) -> str:
     """The server's or libpq's message, on one line (never the connection string)."""

@@ -23,6 +23,7 @@ from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
 from bridge.fleet.connections import ConnectionGuard, connection_cap, raise_file_limit
 from bridge.fleet.ingest_log import ingest_log
+from bridge.fleet.identity.wiring import FleetIdentity
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Ingestor, Source
@@ -53,11 +54,15 @@ def build_store(url: str, *, read_only: bool = False) -> Store:
     return store
 
 
-def build_source(config: Any, guard: AccessGuard | None = None) -> Source:
+def build_source(
+    config: Any, guard: AccessGuard | None = None, identity: FleetIdentity | None = None
+) -> Source:
     """The source of one `[[fleet.sources]]` entry (bus sources add their type here); the
-    http source checks its bearer tokens against `guard`'s credentials."""
+    http source checks its bearer tokens against `guard`'s credentials, and its identity
+    gate when `[fleet.identity]` is configured."""
     if isinstance(config, HttpSourceConfig):
-        return HttpSource(config, guard)
+        gate = identity.gate(config.name, config.identity) if identity is not None else None
+        return HttpSource(config, guard, gate)
     if isinstance(config, PubsubSourceConfig):
         from bridge.fleet.sources.pubsub import PubsubSource
 
@@ -91,7 +96,10 @@ class FleetService:
             ],
             stats=self.stats.auth,
         )
-        self.sources = [build_source(source, self.guard) for source in config.sources]
+        self.identity = (
+            FleetIdentity(config.identity, self.store, self.stats) if config.identity else None
+        )
+        self.sources = [build_source(source, self.guard, self.identity) for source in config.sources]
         self.api = FleetApiRoutes(self.store, config.api, self.stats, self.sources)
         self.url = ""
         #: The listener's certificate files while it serves TLS.
@@ -108,6 +116,8 @@ class FleetService:
         for source in self.sources:
             if isinstance(source, HttpSource):
                 source.add_routes(app)
+        if self.identity is not None:
+            self.identity.add_routes(app)  # POST /v1/enroll
         self.api.add_routes(app)
         DashboardRoutes(self.store, self.config.api.eligible_horizon).add_routes(app)
         SignInRoutes(self.guard).add_routes(app)

@@ -521,3 +521,12 @@ class SqliteStore(ReadQueries):
             return result
 
         return await self._run(self._writer, write, write=True)
+
+    async def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def write(db: sqlite3.Connection) -> T:
+            db.execute("BEGIN IMMEDIATE")
+            result = fn(db)
+            db.execute("COMMIT")
+            return result
+
+        return await self._run(self._writer, write, write=True)

@@ -34,11 +34,13 @@ make concurrent replicas safe without stronger isolation).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from bridge import contract
+
+T = TypeVar("T")
 
 
 class StoreError(Exception):
@@ -166,3 +168,8 @@ class Store(Protocol):
 
     async def counts(self) -> dict[str, int]:
         """Row counts: events, instances, notices, notices_in_force, rejected."""
+
+    async def transaction(self, fn: Callable[[Any], T]) -> T:
+        """`fn(db)` in one write transaction, `db.execute(sql, params)` taking the `?` SQL
+        both dialects speak: for the tables of other packages (the identity ledger,
+        `bridge.fleet.identity.ledger`), which create their own."""

@@ -112,6 +112,10 @@ def control_routes(sim: Simulator) -> list[web.RouteDef]:
         sim.redirects_followed += 1
         return web.Response(text="redirect followed\n")
 
+    async def identity_trust(request: web.Request) -> web.StreamResponse:
+        # what a fleet verifying this simulator's identity documents is configured with
+        return ok(sim.signer.trust())
+
     async def unknown(request: web.Request) -> web.StreamResponse:
         return error(404, f"no control endpoint {request.method} {request.path}")
 
@@ -125,6 +129,7 @@ def control_routes(sim: Simulator) -> list[web.RouteDef]:
         ("POST", "/_sim/scenario", scenario),
         ("GET", "/_sim/scenarios", scenarios),
         ("GET", "/_sim/redirect-target", redirect_target),
+        ("GET", "/_sim/identity/trust", identity_trust),
         ("*", "/_sim/{tail:.*}", unknown),
     ]
     return routes_of(routes)

@@ -2,7 +2,9 @@
 
 Counted faults (``status_burst``, ``drop``, ``malformed``, ``missing_vendor_header``,
 ``redirect``) are consumed one per request, so a test can say "the next 3 requests fail" and
-then observe recovery.  Flags (``hang``, ``rate_limit``) and ``latency`` stay until changed.
+then observe recovery.  Flags (``hang``, ``rate_limit``), ``latency`` and ``attestation`` (what
+the identity documents get wrong: each part's `attestation_faults`) stay until
+changed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class FaultSet:
     rate_limit: bool = False
     missing_vendor_header: int = 0
     redirect: int = 0
+    attestation: str = ""
     _hits: dict[str, deque[float]] = field(default_factory=dict)
 
     def reset(self) -> None:
@@ -42,6 +45,7 @@ class FaultSet:
         self.latency = 0.0
         self.drop = self.malformed = self.missing_vendor_header = self.redirect = 0
         self.hang = False
+        self.attestation = ""
         self.rate_limit = self.rate_limited
         self._hits.clear()
 
@@ -55,6 +59,7 @@ class FaultSet:
             "rate_limit": self.rate_limit,
             "missing_vendor_header": self.missing_vendor_header,
             "redirect": self.redirect,
+            "attestation": self.attestation or None,
         }
 
     def take(self, name: str) -> bool:
@@ -93,7 +98,22 @@ FIELDS = (
     "rate_limit",
     "missing_vendor_header",
     "redirect",
+    "attestation",
 )
+
+
+def _attestation_fault(provider: str, value: Any) -> str:
+    from .part import part
+
+    known = part(provider).attestation_faults
+    if value in (None, "", False):
+        return ""
+    if value not in known:
+        raise ValueError(
+            f"{provider} attestation faults are {spelled(known) if known else 'none'}, "
+            f"not {value!r}"
+        )
+    return str(value)
 
 
 class Faults:
@@ -138,6 +158,8 @@ class Faults:
                         target.status_burst = (int(status), int(count)) if count else None
                 elif name in ("hang", "rate_limit"):
                     setattr(target, name, bool(value))
+                elif name == "attestation":
+                    target.attestation = _attestation_fault(target.provider, value)
                 elif name == "latency":
                     target.latency = float(value)
                 else:

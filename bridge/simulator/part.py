@@ -56,6 +56,9 @@ class SimulatedProvider(abc.ABC):
     scenario_table: ClassVar[bool] = False
     #: Why a step with `unwatched_delay` is postponed, when `skips_warnings` says it is.
     unwatched_reason: ClassVar[str] = ""
+    #: The `attestation` faults its identity documents can show (`fault.set`): what the
+    #: cloud's documents can get wrong (`bridge.simulator.attestation`).
+    attestation_faults: ClassVar[tuple[str, ...]] = ()
     #: Types `SimulatorThread` proxies onto the loop thread (its state and quirks).
     proxied: ClassVar[tuple[type[Any], ...]] = ()
 

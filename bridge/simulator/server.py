@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from .attestation import Signer
 from .changes import ChangeSignal
 from .clock import SimClock
 from .control import control_routes
@@ -65,6 +66,8 @@ class Simulator(Served):
         self.port = port
         self.clock = SimClock(speed)
         self.faults = Faults()
+        self.signer = Signer()
+        """The keys the identity documents are signed with (kept across scenario loads)."""
         self.log = RequestLog()
         self.on_step = on_step
         """Called with (sim time, text) for every step and automatic transition that fires."""

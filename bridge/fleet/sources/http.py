@@ -48,8 +48,11 @@ from bridge.fleet import bounds
 from bridge.fleet.auth import AccessGuard, Refusal, bearer, too_many, unauthorized
 from bridge.fleet.auth_config import FleetAuth
 from bridge.fleet.config import HttpSourceConfig
+from bridge.fleet.identity.gate import IdentityGate
+from bridge.fleet.identity.screen import screen
 from bridge.fleet.sources.base import Ingestor, SourceHealth, classify
 from bridge.fleet.store import Accepted, Refused, StoreError
+from bridge.infra.credential import HEADER as CREDENTIAL_HEADER
 from sinks import _webhook_signing as signing
 
 log = logging.getLogger("bridge.fleet.http")
@@ -133,8 +136,14 @@ class _Signed:
 class HttpSource:
     """`POST /v1/events` on the fleet listener (see the module docstring)."""
 
-    def __init__(self, config: HttpSourceConfig, guard: AccessGuard | None = None) -> None:
+    def __init__(
+        self,
+        config: HttpSourceConfig,
+        guard: AccessGuard | None = None,
+        identity: IdentityGate | None = None,
+    ) -> None:
         self.name = config.name
+        self.identity = identity
         self._config = config
         self._keys = [signing.standard_key(s.get_secret_value()) for s in config.all_secrets()]
         tokens = [(f"{config.name}.token", config.token)] if config.token is not None else []
@@ -292,7 +301,10 @@ class HttpSource:
             except contract.ContractError as exc:
                 return await self._commit(ingestor, [], [(0, Refused(body, str(exc)))])
             accepted, refused = classify(bodies)
-            return await self._commit(ingestor, accepted, refused)
+            # instance identity (bridge/fleet/identity/): 401/403, the refused kept in `rejected`
+            credential = request.headers.get(CREDENTIAL_HEADER)
+            gated = screen(self.identity, credential, accepted, refused)
+            return await self._commit(ingestor, gated.accepted, gated.refused, gated.status)
         finally:
             hold.release()
 
@@ -326,7 +338,11 @@ class HttpSource:
         return b"".join(chunks)
 
     async def _commit(
-        self, ingestor: Ingestor, accepted: list[Accepted], refused: list[tuple[int, Refused]]
+        self,
+        ingestor: Ingestor,
+        accepted: list[Accepted],
+        refused: list[tuple[int, Refused]],
+        status: int = 400,
     ) -> web.Response:
         try:
             result = await ingestor.commit(self.name, accepted, [r for _, r in refused])
@@ -345,7 +361,7 @@ class HttpSource:
         if refused:
             reasons = [{"index": i, "reason": r.reason} for i, r in refused[:REASONS_SHOWN]]
             first = refused[0][1].reason
-            return _bad(400, f"refused: {first}", refused=reasons, **counts)
+            return _bad(status or 400, f"refused: {first}", refused=reasons, **counts)
         if result.invalid:  # events the store itself refused (`Ingestor`): in the rejected table
             why = f"refused: {result.invalid} event(s) the fleet store cannot keep"
             return _bad(400, f"{why}; see /v1/fleet/rejected", **counts)

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
+
+from bridge.simulator.attestation import b64
 
 from .state import MAX_TOKEN_TTL
 
@@ -68,9 +71,17 @@ def _json(value: Any, pretty: bool = False) -> web.Response:
     return _text(text)
 
 
+IDENTITY: Final = "dynamic/instance-identity/"
+#: The instance the `other_vm` attestation fault names.
+OTHER_VM: Final = {"instance_id": "i-0fedcba9876543210", "private_ip": "172.16.34.99"}
+
+
 def identity_document(sim: Simulator) -> dict[str, Any]:
-    """``/latest/dynamic/instance-identity/document`` for the simulated instance."""
+    """``/latest/dynamic/instance-identity/document`` for the simulated instance (the
+    `other_vm` attestation fault: another instance's)."""
     ident = sim.identity.aws
+    if sim.faults.aws.attestation == "other_vm":
+        ident = replace(ident, **OTHER_VM)
     return {
         "accountId": ident.account_id,
         "architecture": "x86_64",
@@ -88,6 +99,31 @@ def identity_document(sim: Simulator) -> dict[str, Any]:
         "region": ident.region,
         "version": "2017-09-30",
     }
+
+
+def _document_text(sim: Simulator) -> str:
+    """The document exactly as served: what `signature` and `rsa2048` sign, byte for byte.
+    The `replayed` fault serves the first document this simulator served, whatever the
+    instance is now (a copy taken earlier)."""
+    text = json.dumps(identity_document(sim), indent=2, separators=(",", " : "))
+    state = sim.aws
+    if state.first_document is None:
+        state.first_document = text
+    return state.first_document if sim.faults.aws.attestation == "replayed" else text
+
+
+def signed_identity(sim: Simulator, kind: str) -> web.Response:
+    """``document``; ``signature`` (RSA SHA-256 over it); ``rsa2048`` and ``pkcs7`` (PKCS#7
+    SignedData holding it; the real ``pkcs7`` is signed with DSA, the simulator's with RSA)."""
+    text = _document_text(sim)
+    forged = sim.faults.aws.attestation == "bad_signature"
+    if kind == "document":
+        return _text(text)
+    if kind == "signature":
+        return _text(b64(sim.signer.signature(text.encode(), forged=forged)))
+    if kind in ("rsa2048", "pkcs7"):
+        return _text(b64(sim.signer.pkcs7(text.encode(), forged=forged)))
+    return error_page(404)
 
 
 def routes(sim: Simulator) -> list[web.RouteDef]:
@@ -118,8 +154,8 @@ def routes(sim: Simulator) -> list[web.RouteDef]:
 
     def value(path: str) -> web.Response:
         state, ident = sim.aws, sim.identity.aws
-        if path == "dynamic/instance-identity/document":
-            return _json(identity_document(sim), pretty=True)
+        if path.startswith(IDENTITY):
+            return signed_identity(sim, path.removeprefix(IDENTITY))
         fixed = {
             "meta-data/instance-id": ident.instance_id,
             "meta-data/instance-type": ident.instance_type,

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 class SimulatedAws(SimulatedProvider):
     name: ClassVar[str] = "aws"
     path_prefix: ClassVar[str] = "/latest/"
+    # the document carries no audience and no expiry; it can be replayed
+    attestation_faults: ClassVar[tuple[str, ...]] = ("bad_signature", "other_vm", "replayed")
     identity_type: ClassVar[type[Any]] = AwsIdentity
     # Overrides may use the identity document's (camelCase) names.
     identity_aliases: ClassVar[dict[str, str]] = {

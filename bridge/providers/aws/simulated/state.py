@@ -133,6 +133,8 @@ class AwsState:
     history: list[AwsEvent] = field(default_factory=list)
     #: token -> simulated time it expires at
     tokens: dict[str, float] = field(default_factory=dict)
+    #: The first instance identity document served (what the `replayed` fault serves again).
+    first_document: str | None = None
 
     # -- tokens ------------------------------------------------------------------------------
     def issue_token(self, ttl: int) -> str:

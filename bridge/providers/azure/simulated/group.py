@@ -25,6 +25,8 @@ from bridge.simulator.serving import Served
 from .http import routes
 
 if TYPE_CHECKING:
+    from bridge.simulator.attestation import Signer
+    from bridge.simulator.faults import Faults
     from bridge.simulator.server import Simulator
 
     from .state import AzureState
@@ -36,6 +38,7 @@ class _Member:
     def __init__(self, sim: Simulator, name: str) -> None:
         self.azure: AzureState = sim.azure
         self.stopping = sim.stopping
+        self._sim = sim
         self.identity = sim.identity.replace(
             "azure",
             replace(
@@ -45,6 +48,15 @@ class _Member:
                 explicit_resource_id="",
             ),
         )
+
+    @property
+    def signer(self) -> Signer:
+        """The simulator's keys, which sign the member's identity documents."""
+        return self._sim.signer
+
+    @property
+    def faults(self) -> Faults:
+        return self._sim.faults
 
 
 def _as_client(name: str) -> Callable[..., Awaitable[web.StreamResponse]]:

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
+from base64 import b64encode
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -28,6 +33,12 @@ INSTANCE_VERSIONS = (
     "2020-09-01", "2020-10-01", "2020-12-01", "2021-01-01", "2021-02-01", "2021-03-01",
     "2021-05-01", "2021-10-01", "2021-11-01", "2021-11-15", "2021-12-13", "2023-07-01",
 )  # fmt: skip
+#: The token endpoint's and the attested document's versions (from 2018-02-01, 2018-10-01).
+TOKEN_VERSIONS = tuple(v for v in INSTANCE_VERSIONS if v >= "2018-02-01")
+ATTESTED_VERSIONS = tuple(v for v in INSTANCE_VERSIONS if v >= "2018-10-01")
+#: The VM the `other_vm` attestation fault names.
+OTHER_VM = {"name": "sim-vm-other", "vm_id": "5c0d1b7e-9a31-4f7e-b1f4-0e8a6c2d9f35"}
+_NONCE = re.compile(r"[0-9]{1,10}")
 MISSING_HEADER = {"error": "Bad request: . Required metadata header not specified"}
 XFF_REJECTED = {"error": "Bad request. X-Forwarded-For header is not allowed"}
 
@@ -90,6 +101,87 @@ def instance_document(sim: Simulator) -> dict[str, Any]:
             ]
         },
     }
+
+
+def _stamp(epoch: float) -> str:
+    """The attested document's time format, `11/28/23 00:36:32 -0000`."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%m/%d/%y %H:%M:%S -0000")
+
+
+def managed_identity_token(sim: Simulator, resource: str) -> web.Response:
+    """``/metadata/identity/oauth2/token``: an access token for `resource` whose
+    ``xms_mirid`` is the VM's resource id (signed with the simulator's key)."""
+    ident = sim.identity.azure
+    if not ident.managed_identity:
+        return json_response(
+            400, {"error": "invalid_request", "error_description": "Identity not found"}
+        )
+    fault = sim.faults.azure.attestation
+    if fault == "other_vm":
+        ident = replace(ident, **OTHER_VM)
+    mirid = ident.resource_id
+    if fault == "wrong_resource":
+        mirid = mirid.replace(
+            f"/resourceGroups/{ident.resource_group_name}/", "/resourceGroups/other-rg/"
+        )
+    now = int(time.time())
+    issued = now - 90000 if fault == "expired" else now
+    expires = issued + 86400
+    issuer = f"https://sts.windows.net/{ident.tenant_id}/"
+    principal = "c7f3b1a2-5d4e-4f60-8a9b-1c2d3e4f5a6b"
+    claims = {
+        "aud": "https://not-the-fleet.invalid" if fault == "wrong_audience" else resource,
+        "iss": issuer,
+        "iat": issued,
+        "nbf": issued,
+        "exp": expires,
+        "aio": "sim",
+        "appid": "9a8b7c6d-5e4f-4a3b-2c1d-0e9f8a7b6c5d",
+        "appidacr": "2",
+        "idp": issuer,
+        "oid": principal,
+        "sub": principal,
+        "tid": ident.tenant_id,
+        "ver": "1.0",
+        "xms_mirid": mirid,
+    }
+    return json_response(
+        200,
+        {
+            "access_token": sim.signer.jwt(claims, forged=fault == "bad_signature"),
+            "client_id": claims["appid"],
+            "expires_in": str(expires - now),
+            "expires_on": str(expires),
+            "ext_expires_in": str(expires - now),
+            "not_before": str(issued),
+            "resource": resource,
+            "token_type": "Bearer",
+        },
+    )
+
+
+def attested_document(sim: Simulator, nonce: str) -> web.Response:
+    """``/metadata/attested/document``: vmId, subscription and the nonce, PKCS#7-signed by a
+    certificate of the simulator's CA (Azure's: metadata.azure.com)."""
+    ident = sim.identity.azure
+    fault = sim.faults.azure.attestation
+    if fault == "other_vm":
+        ident = replace(ident, **OTHER_VM)
+    now = time.time()
+    created = now - 86400 if fault == "expired" else now
+    content = {
+        "licenseType": "",
+        "nonce": "0000000000" if fault == "wrong_audience" else nonce,
+        "plan": {"name": "", "product": "", "publisher": ""},
+        "sku": "22_04-lts-gen2",
+        "subscriptionId": ident.subscription_id,
+        "timeStamp": {"createdOn": _stamp(created), "expiresOn": _stamp(created + 6 * 3600)},
+        "vmId": ident.vm_id,
+    }
+    signed = sim.signer.pkcs7(
+        json.dumps(content, separators=(",", ":")).encode(), forged=fault == "bad_signature"
+    )
+    return json_response(200, {"encoding": "pkcs7", "signature": b64encode(signed).decode()})
 
 
 def _parse_start_requests(raw: bytes) -> list[str] | None:
@@ -178,6 +270,30 @@ def routes(sim: Simulator) -> list[web.RouteDef]:
             return json_response(400, {"error": "Bad request. Invalid format"})
         return json_response(200, node)
 
+    async def token(request: web.Request) -> web.StreamResponse:
+        error = precheck(request, TOKEN_VERSIONS)
+        if error is not None:
+            return error
+        resource = request.query.get("resource", "")
+        if not resource:
+            return json_response(
+                400,
+                {
+                    "error": "invalid_request",
+                    "error_description": "Required query variable 'resource' is missing",
+                },
+            )
+        return managed_identity_token(sim, resource)
+
+    async def attested(request: web.Request) -> web.StreamResponse:
+        error = precheck(request, ATTESTED_VERSIONS)
+        if error is not None:
+            return error
+        nonce = request.query.get("nonce", str(int(time.time())))
+        if not _NONCE.fullmatch(nonce):
+            return json_response(400, {"error": "Bad request. Nonce must be up to 10 digits"})
+        return attested_document(sim, nonce)
+
     async def not_found(request: web.Request) -> web.StreamResponse:
         return json_response(404, {"error": "Not found"})
 
@@ -185,6 +301,8 @@ def routes(sim: Simulator) -> list[web.RouteDef]:
         web.route("*", "/metadata/scheduledevents", scheduled_events),
         web.route("*", "/metadata/instance", instance),
         web.route("*", "/metadata/instance/{tail:.*}", instance),
+        web.route("GET", "/metadata/identity/oauth2/token", token),
+        web.route("GET", "/metadata/attested/document", attested),
         web.route("*", "/metadata{tail:.*}", not_found),
     ]
 

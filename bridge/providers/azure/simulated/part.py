@@ -22,6 +22,15 @@ class SimulatedAzure(SimulatedProvider):
     name: ClassVar[str] = "azure"
     path_prefix: ClassVar[str] = "/metadata"
     rate_limited: ClassVar[bool] = True  # IMDS allows 5 requests/s
+    # the token's `xms_mirid` can name another resource; the attested document's nonce
+    # plays the audience
+    attestation_faults: ClassVar[tuple[str, ...]] = (
+        "expired",
+        "wrong_audience",
+        "wrong_resource",
+        "bad_signature",
+        "other_vm",
+    )
     identity_type: ClassVar[type[Any]] = AzureIdentity
     # Overrides may use the JSON (camelCase) names users see in /metadata/instance.
     identity_aliases: ClassVar[dict[str, str]] = {

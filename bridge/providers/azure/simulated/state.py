@@ -60,6 +60,10 @@ class AzureIdentity:
     vm_size: str = "Standard_D2s_v3"
     os_type: str = "Linux"
     explicit_resource_id: str = ""
+    tenant_id: str = "72f988bf-86f1-41af-91ab-2d7cd011db47"
+    #: A managed identity is assigned: without one the token endpoint answers 400 "Identity
+    #: not found" and only the attested document proves the VM.
+    managed_identity: bool = True
 
     @property
     def resource_id(self) -> str:

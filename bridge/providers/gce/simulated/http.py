@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -22,6 +24,9 @@ if TYPE_CHECKING:
     from bridge.simulator.server import Simulator
 
 PREFIX = "/computeMetadata/v1"
+IDENTITY_KEY = "instance/service-accounts/default/identity"
+#: The VM the `other_vm` attestation fault names.
+OTHER_VM = {"instance_id": 7310991843529155117, "instance_name": "sim-vm-other"}
 
 _ERROR_PAGE = """<!DOCTYPE html>
 <html lang=en>
@@ -112,6 +117,46 @@ def _flag(value: str | None) -> bool:
     return value is not None and value.lower() == "true"
 
 
+def identity_token(sim: Simulator, query: Mapping[str, str]) -> web.Response:
+    """``instance/service-accounts/default/identity``: a Google-signed (here: the simulator's
+    key) RS256 JWT for `audience`, valid one hour; with ``format=full`` it names the instance
+    in ``google.compute_engine``. No service account on the VM: 404, as the real server."""
+    ident = sim.identity.gce
+    email = ident.service_account_email
+    if not email:
+        return _not_found(f"{PREFIX}/{IDENTITY_KEY}")
+    audience = query.get("audience", "")
+    if not audience:
+        return error_page(400, "non-empty audience parameter required")
+    fault = sim.faults.gce.attestation
+    if fault == "other_vm":
+        ident = replace(ident, **OTHER_VM)
+    now = int(time.time())
+    issued = now - 7200 if fault == "expired" else now
+    claims: dict[str, object] = {
+        "aud": "https://not-the-fleet.invalid" if fault == "wrong_audience" else audience,
+        "azp": str(100000000000000000000 + ident.project_number),
+        "email": email,
+        "email_verified": True,
+        "exp": issued + 3600,
+        "iat": issued,
+        "iss": "https://accounts.google.com",
+        "sub": str(100000000000000000000 + ident.project_number),
+    }
+    if query.get("format") == "full":
+        claims["google"] = {
+            "compute_engine": {
+                "instance_creation_timestamp": 1704067200,
+                "instance_id": str(ident.instance_id),
+                "instance_name": ident.instance_name,
+                "project_id": ident.project_id,
+                "project_number": ident.project_number,
+                "zone": ident.zone,
+            }
+        }
+    return _text(sim.signer.jwt(claims, forged=fault == "bad_signature"))
+
+
 def routes(sim: Simulator) -> list[web.RouteDef]:
     async def handle(request: web.Request) -> web.StreamResponse:
         path = request.path
@@ -143,6 +188,8 @@ def routes(sim: Simulator) -> list[web.RouteDef]:
             _state(sim).mark_watched()
 
         query = request.query
+        if key == IDENTITY_KEY and not trailing:
+            return identity_token(sim, query)
         wait = _flag(query.get("wait_for_change"))
         last_etag = query.get("last_etag")
         recursive = _flag(query.get("recursive"))

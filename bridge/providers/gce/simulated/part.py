@@ -34,6 +34,13 @@ _UPCOMING_TIME_FIELDS: Final = {
 class SimulatedGce(SimulatedProvider):
     name: ClassVar[str] = "gce"
     path_prefix: ClassVar[str] = ""  # the real server answers every path
+    # AWS documents carry no audience and no expiry; only Azure's token names a resource
+    attestation_faults: ClassVar[tuple[str, ...]] = (
+        "expired",
+        "wrong_audience",
+        "bad_signature",
+        "other_vm",
+    )
     identity_type: ClassVar[type[Any]] = GceIdentity
     scenario_table: ClassVar[bool] = True  # [gce.initial]: the keys' values at the start
     unwatched_reason: ClassVar[str] = "instance/maintenance-event not queried since the last event"

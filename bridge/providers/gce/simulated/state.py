@@ -25,6 +25,15 @@ class GceIdentity:
     instance_id: int = 4520031799277582256
     instance_name: str = "sim-vm-1"
     machine_type: str = "e2-standard-4"
+    #: The VM's service account: "default" (the project's default compute account), an
+    #: email, or "" for none (then the identity endpoint answers 404, as on a VM without one).
+    service_account: str = "default"
+
+    @property
+    def service_account_email(self) -> str:
+        if self.service_account == "default":
+            return f"{self.project_number}-compute@developer.gserviceaccount.com"
+        return self.service_account
 
     @property
     def zone_path(self) -> str:

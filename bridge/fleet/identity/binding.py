@@ -1,0 +1,38 @@
+"""An event is accepted only about the instance its credential names (403 otherwise).
+
+Compared: the CloudEvents `source` (the instance's resource: GCE's full resource name,
+Azure's resource id, AWS's ARN), and, in the data, the provider, the instance id and the
+project, subscription or account, wherever the attestation names them. Azure's resource ids
+are compared case-insensitively (ARM ids are; the token's `xms_mirid` and IMDS's
+`resourceId` differ in case).
+"""
+
+from __future__ import annotations
+
+from bridge import contract
+
+from .model import Attested
+
+
+def _same(provider: str, a: str, b: str) -> bool:
+    return a.lower() == b.lower() if provider == "azure" else a == b
+
+
+def mismatch(attested: Attested, event: contract.Event) -> str | None:
+    """Why `event` is not about the attested instance, or None when it is."""
+    if attested.source is not None and not _same(attested.provider, event.source, attested.source):
+        return f"event source {event.source!r} is not the enrolled instance {attested.source!r}"
+    provider = event.provider
+    if provider is not None and provider != attested.provider:
+        return f"event provider {provider!r} is not the enrolled {attested.provider!r}"
+    instance = event.instance
+    for field in ("id", "project", "subscription", "account"):
+        expected = getattr(attested, field)
+        given = getattr(instance, field)
+        if (
+            expected is not None
+            and given is not None
+            and not _same(attested.provider, str(given), str(expected))
+        ):
+            return f"event instance {field} {given!r} is not the enrolled {expected!r}"
+    return None

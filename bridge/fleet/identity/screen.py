@@ -1,0 +1,47 @@
+"""The hook a source calls between parsing and the store: its identity gate applied to one
+request's (or message's) events, the refused ones moved to the `rejected` list with the
+reason, so the store keeps them and the source answers 401/403."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bridge.fleet.store import Accepted, Refused
+
+from .gate import IdentityGate
+
+
+@dataclass(frozen=True, slots=True)
+class Screened:
+    accepted: list[Accepted]
+    refused: list[tuple[int, Refused]]
+    #: 0, or 401/403 with its reason: what the source answers.
+    status: int = 0
+    reason: str = ""
+
+
+def screen(
+    gate: IdentityGate | None,
+    credential: str | None,
+    accepted: Sequence[Accepted],
+    refused: Sequence[tuple[int, Refused]],
+) -> Screened:
+    """`accepted` minus the events the gate refuses; `refused` plus those (with their index
+    among all events of the request, as the contract's refusals have)."""
+    if gate is None:
+        return Screened(list(accepted), list(refused))
+    verdict = gate.check(credential, accepted)
+    if not verdict.status:
+        return Screened(list(accepted), list(refused))
+    taken = {index for index, _ in refused}
+    positions = [i for i in range(len(accepted) + len(refused)) if i not in taken]
+    out = set(verdict.refused)
+    kept = [event for i, event in enumerate(accepted) if i not in out]
+    denied = [
+        (positions[i], Refused(event.body, f"identity: {verdict.reason}"))
+        for i, event in enumerate(accepted)
+        if i in out
+    ]
+    merged = sorted([*refused, *denied], key=lambda item: item[0])
+    return Screened(kept, merged, verdict.status, verdict.reason)

@@ -1,0 +1,55 @@
+"""The fleet's credential: issued for an instance, checked once per token (then remembered
+until it expires), refused when forged, expired, for another fleet, or too long."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bridge.fleet.identity.credential import MAX_LENGTH, Credentials
+from bridge.fleet.identity.model import AttestationError, Attested
+
+VM = Attested(
+    provider="gce",
+    method="gce_iit",
+    id="4520031799277582256",
+    name="sim-vm-1",
+    zone="us-central1-a",
+    project="sim-project",
+    source="//compute.googleapis.com/projects/sim-project/zones/us-central1-a/instances/sim-vm-1",
+)
+
+
+def test_a_credential_names_its_instance_and_fits_a_bus_attribute() -> None:
+    credentials = Credentials(b"k" * 32, "https://fleet", 3600)
+    issued = credentials.issue(VM)
+    assert len(issued.token) <= MAX_LENGTH
+    assert credentials.check(issued.token) == VM
+    assert credentials.check(issued.token) == VM  # remembered
+
+
+def test_forged_foreign_and_expired_credentials_are_refused() -> None:
+    now = [time.time()]
+    credentials = Credentials(b"k" * 32, "https://fleet", 3600, clock=lambda: now[0])
+    other_fleet = Credentials(b"k" * 32, "https://other", 3600)
+    other_key = Credentials(b"x" * 32, "https://fleet", 3600)
+    with pytest.raises(AttestationError, match="invalid"):
+        credentials.check(other_fleet.issue(VM).token)
+    with pytest.raises(AttestationError, match="invalid"):
+        credentials.check(other_key.issue(VM).token)
+    with pytest.raises(AttestationError, match="expired"):
+        credentials.check(credentials.issue(VM, now=time.time() - 7200).token)
+    with pytest.raises(AttestationError, match="too long"):
+        credentials.check("x" * (MAX_LENGTH + 1))
+
+    token = credentials.issue(VM).token
+    credentials.check(token)
+    now[0] += 3601
+    with pytest.raises(AttestationError, match="expired"):
+        credentials.check(token)  # remembered, but not past its expiry
+
+
+def test_a_short_key_is_refused() -> None:
+    with pytest.raises(ValueError, match="32 bytes"):
+        Credentials(b"short", "https://fleet", 3600)
