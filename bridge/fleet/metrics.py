@@ -46,6 +46,7 @@ class IngestStats:
     def failed(self, at: float, reason: str) -> None:
         """A source's commit failed (`StoreError`): not ready until one succeeds again."""
         self.commit_failure = (at, reason)
+
     #: Instance identity (bridge/fleet/identity/): events by (source, outcome: attested,
     #: unattested, refused_credential, refused_binding) and enrollments by outcome.
     identity: Counter[tuple[str, str]] = field(default_factory=Counter)

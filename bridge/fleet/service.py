@@ -22,8 +22,8 @@ from bridge.fleet.auth import AccessGuard
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
 from bridge.fleet.connections import ConnectionGuard, connection_cap, raise_file_limit
-from bridge.fleet.ingest_log import ingest_log
 from bridge.fleet.identity.wiring import FleetIdentity
+from bridge.fleet.ingest_log import ingest_log
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Ingestor, Source
@@ -99,7 +99,9 @@ class FleetService:
         self.identity = (
             FleetIdentity(config.identity, self.store, self.stats) if config.identity else None
         )
-        self.sources = [build_source(source, self.guard, self.identity) for source in config.sources]
+        self.sources = [
+            build_source(source, self.guard, self.identity) for source in config.sources
+        ]
         self.api = FleetApiRoutes(self.store, config.api, self.stats, self.sources)
         self.url = ""
         #: The listener's certificate files while it serves TLS.
