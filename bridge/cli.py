@@ -117,14 +117,26 @@ def _add_fleet_parser(commands: Any) -> None:
     allow = actions.add_parser(
         "allow-attestation",
         help="let an AWS instance enroll once more (its identity document is taken once)",
+        description="Let one AWS instance enroll once more. An AWS identity document has no "
+        "audience, nonce or expiry, so the fleet takes each instance's document once (trust on "
+        "first use) and refuses a second enrollment until an operator allows it here, e.g. "
+        "after the instance's sidecar lost its state. Writes to the existing store named by "
+        "[fleet.store] url; exits 1 when the instance never enrolled.",
     )
     allow.add_argument("instance", help="the instance's ARN (its events' source)")
     backup = actions.add_parser(
-        "backup", help="copy the live SQLite store to PATH (consistent, while it serves)"
+        "backup",
+        help="copy the live SQLite store to PATH (consistent, while it serves)",
+        description="Copy the live SQLite store to PATH with SQLite's online backup: a "
+        "consistent, checked, self-contained file, taken while the service ingests. PATH must "
+        'not exist. For a PostgreSQL store use pg_dump (docs/operations.md, "Backups").',
     )
     backup.add_argument("path", type=Path, metavar="PATH", help="a new file for the copy")
     restore = actions.add_parser(
-        "restore", help="put a backup in place of the SQLite store (the service stopped)"
+        "restore",
+        help="put a backup in place of the SQLite store (the service stopped)",
+        description="Put a file made by `fleet backup` in place of the SQLite store named by "
+        "[fleet.store] url. Refused while a service has the store open: stop it first.",
     )
     restore.add_argument("path", type=Path, metavar="PATH", help="a file made by fleet backup")
     for sub in (

@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
             return _backup_or_restore(config, action, args.path)
         if action == "allow-attestation":
             allow = ledger.allow_command(args.instance, sys.stdout)
-            return asyncio.run(_with_store(config, allow))
+            return asyncio.run(_with_store(config, allow, writes=True))
         _known_type(args.type)
         return asyncio.run(_with_store(config, lambda store: _export(store, args, sys.stdout)))
     except (StoreError, FleetListenerError, BadQuery, BackupError) as exc:
@@ -93,9 +93,16 @@ def _backup_or_restore(config: FleetConfig, action: str, path: Path) -> int:
     return EXIT_OK
 
 
-async def _with_store(config: FleetConfig, action: Any) -> int:
+async def _with_store(config: FleetConfig, action: Any, *, writes: bool = False) -> int:
+    """Run `action` on the configured store, which must exist: read commands open it read-only,
+    and a command that `writes` (allow-attestation) checks it exists that way first, so that
+    no command but `serve` ever creates a store (a mistyped url is an error naming it)."""
     store = build_store(config.store.url, read_only=True)
     await store.open()
+    if writes:
+        await store.close()
+        store = build_store(config.store.url)
+        await store.open()
     try:
         result: int = await action(store)
         return result

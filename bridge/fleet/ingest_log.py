@@ -33,6 +33,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from bridge import contract
+from bridge.fleet.sources.http import BODY
 
 log = logging.getLogger("bridge.fleet.ingest")
 
@@ -76,11 +77,12 @@ async def about(request: web.Request) -> tuple[str, str]:
         return headers["ce-source"], _named(
             [traceparent] if _TRACEPARENT.fullmatch(traceparent) else []
         )
-    if not request.content.at_eof() or (request.content_length or 0) > PARSED_BODY:
+    body = request.get(BODY)
+    if not isinstance(body, bytes) or len(body) > PARSED_BODY:
         return "-", "-"  # the source did not read the body: neither does the log
     try:
-        decoded = _ONE_OR_MANY.decode(await request.read())
-    except (msgspec.DecodeError, msgspec.ValidationError, web.HTTPException):
+        decoded = _ONE_OR_MANY.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return "-", "-"
     events = decoded if isinstance(decoded, list) else [decoded]
     return (

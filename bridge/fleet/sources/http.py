@@ -58,6 +58,9 @@ from sinks import _webhook_signing as signing
 log = logging.getLogger("bridge.fleet.http")
 
 PATH: Final = "/v1/events"
+#: The request's key for the body once read: it streams in (verified as it comes), so
+#: `request.read()` has nothing left to give the ingest log.
+BODY: Final = web.RequestKey("maintenance_bridge.body", bytes)
 STRUCTURED: Final = "application/cloudevents+json"
 BATCH: Final = "application/cloudevents-batch+json"
 BINARY: Final = "binary"
@@ -296,6 +299,7 @@ class HttpSource:
                 if body.status == 413:
                     ingestor.stats.refused(self.name)
                 return body
+            request[BODY] = body  # for the refusal's log line (bridge/fleet/ingest_log.py)
             try:
                 bodies = self._bodies(request, mode, body)
             except contract.ContractError as exc:
