@@ -103,7 +103,7 @@ async def start_receiver(module: str, workdir: Path) -> tuple[Proc, Receiver]:
 
 
 async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
-    results = Results(mode, load=[_load()])
+    results = Results(mode, load=[_load()], commit=_commit())
     began = time.monotonic()
     receiver_proc, receiver = await start_receiver("bench.receiver", workdir)
     plain_proc, plain = await start_receiver("bench.plain", workdir)
@@ -225,6 +225,22 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
     results.seconds = time.monotonic() - began
     results.load.append(_load())
     return results
+
+
+def _commit() -> str | None:
+    """The checkout's commit, marked when tracked files differ from it (a report must say
+    what it measured)."""
+    import subprocess
+
+    from bridge.infra.buildinfo import git_commit
+
+    found = git_commit(ROOT)
+    if found is None:
+        return None
+    changed = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"], capture_output=True, check=False
+    )
+    return f"{found} + changes" if changed.returncode else found
 
 
 def _load() -> float:

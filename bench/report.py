@@ -35,6 +35,8 @@ SYNC_SHARE = 0.8
 class Results:
     mode: str
     seconds: float = 0.0
+    #: The commit measured (abbreviated), "+ changes" when the checkout differed from it.
+    commit: str | None = None
     #: The host's 1-minute load average when the run began and when it ended (other work
     #: on the machine shows in every figure; 2 cores are busy at 2.0).
     load: list[float] = field(default_factory=list)
@@ -213,6 +215,7 @@ def render(results: Results) -> str:
     add("# Benchmark report")
     add("")
     add(f"Machine: {machine()}. Mode: {results.mode}; the suite ran in {results.seconds:.0f} s.")
+    add(f"Commit measured: {results.commit or 'unknown (not a git checkout)'}.")
     if results.load:
         loads = " and ".join(f"{value:.1f}" for value in results.load)
         add(f"Load average (1 min) at the start and the end of the run: {loads}.")
