@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -350,3 +351,33 @@ async def test_connection_close_is_honoured() -> None:
     ) as (url, served):
         await requests(url, 2)
     assert served == [1, 1]
+
+
+async def test_a_request_leaves_in_one_send_with_nagle_off() -> None:
+    """Head and body in one segment, and nothing held back by Nagle's algorithm waiting for
+    the receiver's delayed acknowledgement (asyncio sets TCP_NODELAY on its TCP sockets;
+    pinned here because the client relies on it)."""
+    first_reads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first_reads.append(await reader.read(65536))
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    client = http1.Http1Client(
+        f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/", timeout=5.0, user_agent="t"
+    )
+    try:
+        connection, _ = await client._checkout()
+        sock = connection.writer.get_extra_info("socket")
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        client._busy.discard(connection)
+        client._idle.append(connection)
+        response = await client.request("POST", body=b'{"a": 1}')
+    finally:
+        await client.aclose()
+        server.close()
+    assert response.status == 204
+    assert first_reads[0].endswith(b'\r\n\r\n{"a": 1}')
