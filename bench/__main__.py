@@ -21,9 +21,19 @@ from pathlib import Path
 import psutil
 
 from bench import aws, drain, idle, latency, startup
+from bench.plain import ANSWERED
 from bench.procs import ROOT, Proc, spawn, webhook
 from bench.receiver import Receiver
-from bench.report import PLAIN_DRAIN, PLAIN_LABEL, Results, plot, render, targets
+from bench.report import (
+    ANSWERED_DRAIN,
+    ANSWERING_LABEL,
+    PLAIN_DRAIN,
+    PLAIN_LABEL,
+    Results,
+    plot,
+    render,
+    targets,
+)
 from bench.spans import breakdown
 from bench.stats import Series, worst
 from tests.support import free_port
@@ -93,7 +103,7 @@ async def start_receiver(module: str, workdir: Path) -> tuple[Proc, Receiver]:
 
 
 async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
-    results = Results(mode, load=[_load()])
+    results = Results(mode, load=[_load()], commit=_commit())
     began = time.monotonic()
     receiver_proc, receiver = await start_receiver("bench.receiver", workdir)
     plain_proc, plain = await start_receiver("bench.plain", workdir)
@@ -133,14 +143,30 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
                 PLAIN_DRAIN, webhook(plain.url("drain-plain"), "structured"), sizes.drain_events
             )
         )
-        results.drains.append(
-            await asyncio.to_thread(
-                drain.sync_client, plain.url("drain-sync-client"), sizes.drain_events
+        for label, prefix in ((PLAIN_LABEL, "drain"), (ANSWERING_LABEL, ANSWERED)):
+            if label == ANSWERING_LABEL:
+                results.drains.append(
+                    await drain.drain(
+                        ANSWERED_DRAIN,
+                        webhook(plain.url(f"{ANSWERED}-bridge"), "structured"),
+                        sizes.drain_events,
+                    )
+                )
+            results.drains.append(
+                await asyncio.to_thread(
+                    drain.sync_client,
+                    plain.url(f"{prefix}-sync-client"),
+                    sizes.drain_events,
+                    drain.yardstick(drain.SYNC_CLIENT, label),
+                )
             )
-        )
-        results.drains.append(
-            await drain.client_alone(plain.url("drain-client-alone"), sizes.drain_events)
-        )
+            results.drains.append(
+                await drain.client_alone(
+                    plain.url(f"{prefix}-client-alone"),
+                    sizes.drain_events,
+                    drain.yardstick(drain.HTTP1_ALONE, label),
+                )
+            )
         if sizes.pubsub:
             outcome = await drain.pubsub(sizes.drain_events)
             if isinstance(outcome, str):
@@ -172,7 +198,7 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
                 "",
                 *await drain.profile_drain(sink, min(2000, sizes.drain_events)),
             ]
-        if any("plain http.server receiver" in label for label in missed):
+        if any(f"{PLAIN_LABEL} receiver" in label for label in missed):
             step("profiling the structured webhook drain to the plain receiver")
             results.drain_profile_plain = [
                 *await drain.drain_steps(
@@ -199,6 +225,22 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
     results.seconds = time.monotonic() - began
     results.load.append(_load())
     return results
+
+
+def _commit() -> str | None:
+    """The checkout's commit, marked when tracked files differ from it (a report must say
+    what it measured)."""
+    import subprocess
+
+    from bridge.infra.buildinfo import git_commit
+
+    found = git_commit(ROOT)
+    if found is None:
+        return None
+    changed = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"], capture_output=True, check=False
+    )
+    return f"{found} + changes" if changed.returncode else found
 
 
 def _load() -> float:

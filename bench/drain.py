@@ -3,9 +3,10 @@
 Runs the real `Spool`, `Dispatcher` and sinks in this process (no watcher: the backlog is
 committed up front, as after a long outage) against the receiver process or the Pub/Sub
 emulator. The rate is events acknowledged per second, from the dispatcher's start until
-the last acknowledgement. Next to the drain into the plain `http.server` receiver, the
-yardstick: a plain synchronous client (`http.client`, one kept connection) POSTing the same
-events, one per request, to the same receiver, with no spool behind it.
+the last acknowledgement. Next to each drain into a plain `http.server` receiver (keep-alive
+answering 204; HTTP/1.0 answering 200 with a body, a connection per request), the
+yardsticks: a plain synchronous client (`http.client`) POSTing the same events, one per
+request, to the same receiver, with no spool behind it, and the bridge's HTTP client alone.
 """
 
 from __future__ import annotations
@@ -37,9 +38,16 @@ from bridge.runner import build_sinks
 from sinks.webhook import STRUCTURED_CONTENT_TYPE
 from tests.factories import sample_events
 
-#: The yardstick's name in the report.
-SYNC_CLIENT = "a plain synchronous client (http.client, one kept connection)"
-HTTP1_ALONE = "the bridge's HTTP client alone (bridge.http1, one kept connection)"
+#: The yardsticks' names in the report (`yardstick` adds the receiver they ran against).
+SYNC_CLIENT = (
+    "a plain synchronous client (http.client, its connection kept while the server keeps it)"
+)
+HTTP1_ALONE = "the bridge's HTTP client alone (bridge.http1, the same)"
+
+
+def yardstick(client: str, receiver: str) -> str:
+    """The name of `client`'s yardstick run against `receiver` (a label of `bench.report`)."""
+    return f"{client}, to the {receiver} receiver"
 
 
 @dataclass
@@ -101,9 +109,10 @@ def _structured(total: int) -> tuple[list[bytes], dict[str, str]]:
     return bodies, {"content-type": STRUCTURED_CONTENT_TYPE, "user-agent": "bench"}
 
 
-def sync_client(url: str, total: int) -> Drain:
+def sync_client(url: str, total: int, name: str = SYNC_CLIENT) -> Drain:
     """Requests per second of `http.client` POSTing `total` structured events one by one on
-    one kept connection (blocking: run it in a thread), each answer read in full."""
+    one kept connection (a new one whenever the server closes it; blocking: run it in a
+    thread), each answer read in full."""
     parts = urlsplit(url)
     bodies, headers = _structured(total)
     connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80)
@@ -114,14 +123,14 @@ def sync_client(url: str, total: int) -> Drain:
             answer = connection.getresponse()
             answer.read()
             if answer.status >= 300:
-                raise RuntimeError(f"{SYNC_CLIENT}: HTTP {answer.status}")
+                raise RuntimeError(f"{name}: HTTP {answer.status}")
         elapsed = time.perf_counter() - started
     finally:
         connection.close()
-    return Drain(SYNC_CLIENT, total, total / elapsed)
+    return Drain(name, total, total / elapsed)
 
 
-async def client_alone(url: str, total: int) -> Drain:
+async def client_alone(url: str, total: int, name: str = HTTP1_ALONE) -> Drain:
     """The same as `sync_client` with the bridge's own HTTP client and nothing else of the
     bridge (no spool, no dispatcher, no sink): how much of a drain's gap is the client's."""
     bodies, headers = _structured(total)
@@ -131,11 +140,11 @@ async def client_alone(url: str, total: int) -> Drain:
         for body in bodies:
             answer = await client.request("POST", body=body, headers=headers)
             if answer.status >= 300:
-                raise RuntimeError(f"{HTTP1_ALONE}: HTTP {answer.status}")
+                raise RuntimeError(f"{name}: HTTP {answer.status}")
         elapsed = time.perf_counter() - started
     finally:
         await client.aclose()
-    return Drain(HTTP1_ALONE, total, total / elapsed)
+    return Drain(name, total, total / elapsed)
 
 
 #: What a drain's time per event is spent on, timed in this process (`bench.spans.timing`).

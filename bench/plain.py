@@ -15,7 +15,11 @@ so the benchmark also runs against these:
   forwarding hop counts as poll wait, not as the client's part.
 - `python -m bench.plain PORT`: the webhook receiver of `bench.receiver` (same paths, same
   records, so `bench.receiver.Receiver` drives it) on `http.server`. A webhook is answered
-  the way a minimal receiver does, `204 No Content` (a head, no body). The driver's own
+  the way a minimal receiver does, `204 No Content` (a head, no body), on a kept connection.
+  One whose name starts with `ANSWERED` (`drain-answered...`) is answered the way
+  `http.server` does as it comes (its default protocol, HTTP/1.0): `200 OK` with a short
+  JSON body, the head in one send and the body in another, and the connection closed after
+  each answer, so every request pays a new connection. The driver's own
   endpoints (`/records`, `/wait`) answer in one write, so that timing the bridge does not
   slow the driver down.
 """
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "content-length", "transfer-encoding", "date", "server"}
 )
+#: Webhook names the plain receiver answers with a head and a body, in two sends.
+ANSWERED = "drain-answered"
 
 
 class Answer(Protocol):
@@ -193,8 +199,19 @@ class _Receive(_Quiet):
         with self.server.arrived:
             self.server.records[name].extend(got)
             self.server.arrived.notify_all()
-        self.send_response(204)
-        self.end_headers()
+        if not name.startswith(ANSWERED):
+            self.send_response(204)
+            self.end_headers()
+            return
+        # `http.server` as it comes: HTTP/1.0, one answer per connection.
+        self.protocol_version = "HTTP/1.0"
+        self.close_connection = True
+        answer = b'{"accepted":%d}' % len(got)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()  # the head: one send
+        self.wfile.write(answer)  # the body: another
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)

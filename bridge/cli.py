@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -532,6 +531,8 @@ async def _demo(args: argparse.Namespace) -> int:
     # the demo polls as often in scenario time (a `Started` of 5 s lasts 0.5 s at --speed 10),
     # within the simulated IMDS's rate limit of 5 requests a second.
     azure_poll = max(1.0 / args.speed, 0.25)
+    import tempfile  # here, not at the top: it costs every `run` process 0.8 MiB (shutil, bz2, ...)
+
     async with Simulator(provider="all", scenario=args.scenario, speed=args.speed) as sim:
         with (
             tempfile.TemporaryDirectory(prefix="maintenance-bridge-demo-") as state_dir,

@@ -6,7 +6,6 @@ the modules of configured types are imported, and those import their SDKs lazily
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from types import ModuleType
 from typing import Final
@@ -55,6 +54,8 @@ def module_for(sink_type: str) -> ModuleType:
     for ep in entry_points(group=ENTRY_POINT_GROUP, name=sink_type):
         module: ModuleType = ep.load()
         return module
+    import difflib  # only for a mistake: 0.2 MiB a running bridge does not need
+
     known = known_types()
     close = difflib.get_close_matches(sink_type, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""

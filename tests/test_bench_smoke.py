@@ -45,4 +45,5 @@ def test_the_quick_benchmark_writes_a_report_and_a_plot(tmp_path: Path) -> None:
         assert "| 2 of 2 |" in row  # AWS plays half as many transitions
     assert "| bridge, AWS 1 s, webhook sink |" in report
     assert "not measured" not in report
+    assert "Commit measured: " in report
     assert (tmp_path / "latency.png").read_bytes().startswith(b"\x89PNG")

@@ -12,7 +12,6 @@ every failure is a `TimeParseError` (a `ValueError`), whatever the input's type.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 
 
 class TimeParseError(ValueError):
@@ -50,6 +49,10 @@ def _parse(text: str) -> datetime:
             return datetime.fromisoformat(text)
         except ValueError:
             pass  # a day-first mail date, e.g. AWS's scheduled events
+    # Imported at the first mail date, not with this module: email.utils costs a GCE
+    # bridge, which never reads one, 0.2 MiB of its idle footprint.
+    from email.utils import parsedate_to_datetime
+
     return parsedate_to_datetime(text)
 
 

@@ -20,7 +20,6 @@ path) or `FieldError` (reported at one key's path). Types msgspec does not know 
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -263,6 +262,8 @@ def _did_you_mean(key: str, table: Any) -> str:
     """`; did you mean 'poll_interval'?` when a key of `table` (a model) is close to `key`."""
     if not (isinstance(table, type) and issubclass(table, msgspec.Struct)):
         return ""
+    import difflib  # only for a mistake: 0.2 MiB a running bridge does not need
+
     names = [f.encode_name for f in msgspec.structs.fields(table)]
     close = difflib.get_close_matches(key, names, n=1) or difflib.get_close_matches(
         key.lower(), names, n=1

@@ -10,7 +10,6 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -84,6 +83,11 @@ class ScenarioInfo(NamedTuple):
 
 
 def _scenario_dir() -> Path:
+    # Imported here: every `maintenance-bridge` command builds the `simulate` parser, and
+    # importlib.resources (tempfile, shutil, the compression modules) would cost each
+    # running bridge 0.8 MiB for a directory only the simulator reads.
+    from importlib import resources
+
     return Path(str(resources.files(__package__ or "bridge.simulator").joinpath("scenarios")))
 
 
