@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shlex
 import subprocess
 import sys
@@ -23,10 +24,12 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from aiohttp.test_utils import make_mocked_request
 
 from bridge import __version__
 from bridge.cli import EXIT_CONFIG, build_parser
 from bridge.config import load_config
+from bridge.fleet.auth import AccessGuard
 from bridge.fleet.config import FleetConfig, HttpSourceConfig, load_fleet_config
 from tests.debian_tool import debian_tool
 from tests.test_deploy import KUBERNETES_VERSIONS, TEST_SECRET, dockerfile_user, quantity
@@ -58,12 +61,15 @@ def parse_command(argv: list[str]) -> Any:
 
 
 def with_secret_files(text: str, mounts: dict[str, str], tmp_path: Path) -> str:
-    """`text` with each `file:MOUNT/NAME` secret pointed at a stand-in file under tmp_path."""
+    """`text` with each `file:MOUNT/NAME` secret pointed at a stand-in file under tmp_path:
+    a webhook secret for the sources, a token of its own for each `*-token` (the service
+    refuses two credentials sharing one)."""
 
     def stand_in(match: re.Match[str]) -> str:
         where = tmp_path / Path(match[1]).name
         where.mkdir(exist_ok=True)
-        (where / match[2]).write_text(TEST_SECRET + "\n")
+        value = secrets.token_hex(32) if match[2].endswith("-token") else TEST_SECRET
+        (where / match[2]).write_text(value + "\n")
         return f"file:{where / match[2]}"
 
     alternatives = "|".join(re.escape(mount) for mount in mounts.values())
@@ -163,6 +169,24 @@ def test_the_pod_runs_the_fleet_service_with_the_mounted_config(tmp_path: Path) 
     assert isinstance(source, HttpSourceConfig)
     assert source.authenticated
     assert not config.listener.loopback
+    assert_reads_need_their_own_credentials(config)
+
+
+def assert_reads_need_their_own_credentials(config: FleetConfig) -> None:
+    """Off loopback the deployments protect reads with two credentials, never public_read:
+    one `read` (dashboards, people) and one `eligible` (the VMs' election recipes)."""
+    assert config.auth.protects_reads
+    assert not config.auth.public_read
+    scopes = sorted(credential.scopes for credential in config.auth.credentials)
+    assert scopes == [("eligible",), ("read",)]
+
+
+def scopes_needed(config: FleetConfig) -> dict[str, str | None]:
+    """What the service's own access guard asks of a request to each path (None: open),
+    with this configuration's listener."""
+    guard = AccessGuard(config.auth, loopback=config.listener.loopback)
+    paths = ["/healthz", "/readyz", "/metrics", "/", "/v1/fleet/summary", "/v1/fleet/eligible"]
+    return {path: guard.needs(make_mocked_request("GET", path)) for path in paths}
 
 
 def test_every_secret_the_pod_reads_is_a_key_of_the_secret() -> None:
@@ -182,16 +206,26 @@ def test_every_secret_the_pod_reads_is_a_key_of_the_secret() -> None:
     assert [item["name"] for item in container()["env"]] == ["PGPASSWORD"]
 
 
-def test_the_placeholder_secret_is_refused_with_a_reason(tmp_path: Path) -> None:
-    placeholder = manifest("Secret")["stringData"]["webhook-secret"]
+@pytest.mark.parametrize(
+    ("key", "named"),
+    [
+        ("webhook-secret", "fleet.sources[0].secrets"),
+        ("read-token", "fleet.auth.credentials[0].token"),
+        ("eligible-token", "fleet.auth.credentials[1].token"),
+    ],
+)
+def test_each_placeholder_secret_is_refused_with_a_reason(
+    key: str, named: str, tmp_path: Path
+) -> None:
+    placeholder = manifest("Secret")["stringData"][key]
     text = manifest("ConfigMap")["data"]["fleet.toml"]
     mounts = {m["name"]: m["mountPath"] for m in container()["volumeMounts"]}
     path = tmp_path / "fleet.toml"
     path.write_text(with_secret_files(text, mounts, tmp_path))
-    (tmp_path / "maintenance-fleet" / "webhook-secret").write_text(placeholder)
+    (tmp_path / "maintenance-fleet" / key).write_text(placeholder)
     result = run(sys.executable, "-m", "bridge", "fleet", "--config", path, "status", cwd=ROOT)
     assert result.returncode == EXIT_CONFIG, result.stderr
-    assert "fleet.sources[0].secrets" in result.stderr
+    assert named in result.stderr
 
 
 def test_probes_and_scrapes_reach_the_listener(tmp_path: Path) -> None:
@@ -209,6 +243,19 @@ def test_probes_and_scrapes_reach_the_listener(tmp_path: Path) -> None:
     }
     annotations = manifest("Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(config.listener.port)
+    # Annotation discovery carries no token: /metrics is open (the NetworkPolicy limits who
+    # reaches it), while the rest of the API needs its credentials. /healthz and /readyz are
+    # always open.
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert scopes_needed(config) == {
+        "/healthz": None,
+        "/readyz": None,
+        "/metrics": None,
+        "/": "read",
+        "/v1/fleet/summary": "read",
+        "/v1/fleet/eligible": "eligible",
+    }
     service = manifest("Service")["spec"]
     assert selects_the_pods(service["selector"])
     assert [(p["port"], p["targetPort"]) for p in service["ports"]] == [
@@ -294,10 +341,17 @@ def test_each_example_loads_and_shows_every_key(name: str, scheme: str, tmp_path
     }
     config = load_example(text, tmp_path, mounts)
     assert config.store.url.startswith(f"{scheme}://")
-    # Every key of every table is written out (and commented), not left to the defaults.
+    assert_reads_need_their_own_credentials(config)
+    # Every key of every table is written out (and commented), not left to the defaults;
+    # the optional ones (TLS files, the signing-in proxy) commented out, as TOML has no way
+    # to write "none".
     written = tomllib.loads(text)["fleet"]
-    for table in ("listener", "store", "api"):
-        assert set(written[table]) == set(getattr(config, table).__struct_fields__), table
+    optional = {"tls_cert", "tls_key", "client_ca", "proxy_header", "trusted_proxies"}
+    for table in ("listener", "store", "api", "auth"):
+        keys = set(getattr(config, table).__struct_fields__)
+        assert set(written[table]) == keys - optional, table
+        for key in keys & optional:
+            assert f"\n# {key} = " in text, key
     (source,) = written["sources"]
     assert set(source) == set(HttpSourceConfig.__struct_fields__) - {"secret", "token"}
     assert text.count("\n#") >= 10
@@ -321,10 +375,15 @@ def unit() -> dict[str, list[tuple[str, str]]]:
     return sections
 
 
-def service(key: str) -> str:
+def services(key: str) -> list[str]:
+    """Every value of a key the unit may set several times (LoadCredential=)."""
     values = [v for k, v in unit()["Service"] if k == key]
     assert values, f"{key}= is not set"
-    return values[-1]
+    return values
+
+
+def service(key: str) -> str:
+    return services(key)[-1]
 
 
 def test_the_fleet_unit_is_hardened() -> None:
@@ -351,15 +410,29 @@ def test_the_unit_runs_the_fleet_with_the_sqlite_example(tmp_path: Path) -> None
     args = parse_command(argv[1:])
     assert (args.command, args.fleet_command) == ("fleet", "serve")
     assert args.config.parent == Path("/etc") / service("ConfigurationDirectory")
-    # The example's store is in the state directory, its secret is the unit's credential.
-    credential, _, source = service("LoadCredential").partition(":")
-    assert Path(source).parent == args.config.parent
+    # The example's store is in the state directory; its secret and its two tokens are the
+    # unit's credentials, and every file: the example names is one of them.
     credentials = f"/run/credentials/{UNIT.name}"
     text = (EXAMPLES / "fleet-sqlite.toml").read_text()
-    assert f'"file:{credentials}/{credential}"' in text
+    loaded = {}
+    for entry in services("LoadCredential"):
+        credential, _, source = entry.partition(":")
+        assert Path(source).parent == args.config.parent
+        loaded[credential] = f"file:{credentials}/{credential}"
+    assert set(loaded) == {"webhook-secret", "read-token", "eligible-token"}
+    assert set(re.findall(r'"(file:[^"]+)"', text)) == set(loaded.values())
     config = load_example(text, tmp_path, {"credentials": credentials})
     path = Path(config.store.url.removeprefix("sqlite://"))
     assert path.parent == Path("/var/lib") / service("StateDirectory")
+    # No network policy in front of a VM: Prometheus presents the read token for /metrics.
+    assert scopes_needed(config) == {
+        "/healthz": None,
+        "/readyz": None,
+        "/metrics": "read",
+        "/": "read",
+        "/v1/fleet/summary": "read",
+        "/v1/fleet/eligible": "eligible",
+    }
 
 
 def unit_for_this_machine(tmp_path: Path) -> Path:
@@ -452,3 +525,18 @@ def test_compose_brings_up_the_fleet_with_postgres_and_sidecars(tmp_path: Path) 
         EXAMPLES / "fleet-postgres.toml"
     )
     assert json.dumps(fleet["environment"]).count("PGPASSWORD") == 1
+    # Every secret the fleet's configuration names is a mounted demo file, and the fleet
+    # loads with those public demo values (tokens long enough, each its own).
+    text = (EXAMPLES / "fleet-postgres.toml").read_text()
+    mounted = {target: source for source, target in fleet_mounts.items()}
+    named = re.findall(r'"file:([^"]+)"', text)
+    assert {Path(mounted[target]).name for target in named} == {
+        "demo-webhook-secret",
+        "demo-read-token",
+        "demo-eligible-token",
+    }
+    for target in named:
+        text = text.replace(f"file:{target}", f"file:{mounted[target]}")
+    path = tmp_path / "fleet.toml"
+    path.write_text(text)
+    assert_reads_need_their_own_credentials(load_fleet_config(path, {}))
