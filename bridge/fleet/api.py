@@ -91,14 +91,16 @@ def _start(notice: dict[str, Any]) -> float | None:
 
 async def fleet_summary(store: Store) -> dict[str, Any]:
     """Instances by state, provider and version, notices in force by provider, zone, kind
-    and status, the store's row counts (`/v1/fleet/summary` and `fleet status`)."""
+    and status, the store's row counts (`/v1/fleet/summary` and `fleet status`): all from the
+    counts the store keeps as events arrive (`bridge.fleet.tallies`), never a recount."""
     now = time.time()
     states: Counter[str] = Counter({"reporting": 0, "silent": 0})
     providers: Counter[str] = Counter()
-    instances = await store.instances()
-    for instance in instances:
-        states[state.instance_state(instance, now)[0]] += 1
-        providers[instance["provider"]] += 1
+    rows = await store.instance_counts(now)
+    for provider, _version, total, silent in rows:
+        states["reporting"] += total - silent
+        states["silent"] += silent
+        providers[provider] += total
     by: dict[str, Counter[str]] = {k: Counter() for k in ("provider", "zone", "kind", "status")}
     total = 0
     for provider, zone, kind, status, count in await store.notice_counts():
@@ -115,7 +117,7 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
             "total": sum(states.values()),
             **states,
             "by_provider": dict(providers),
-            "by_version": rollout.by_version(instances, now),
+            "by_version": rollout.by_version_counts(rows),
         },
         "notices_in_force": {"total": total, **{f"by_{k}": dict(v) for k, v in by.items()}},
         "store": await store.counts(),

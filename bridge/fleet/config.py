@@ -185,10 +185,24 @@ class FleetApi(_Table, frozen=True, kw_only=True):
     page_size: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
 
 
+class FleetIngest(_Table, frozen=True, kw_only=True):
+    """`[fleet.ingest]`: group commit of the http source's posts (`bridge.fleet.group_commit`).
+
+    Events of concurrent posts share one transaction of at most `group_events` events,
+    waiting at most `group_wait` seconds for company when the store is idle; at most
+    `max_queued` events wait for the store, past that a post is 503 with Retry-After.
+    """
+
+    group_events: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
+    group_wait: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.002
+    max_queued: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 20_000
+
+
 class FleetConfig(_Table, frozen=True, kw_only=True):
     listener: FleetListener = FleetListener()
     store: FleetStore = FleetStore()
     api: FleetApi = FleetApi()
+    ingest: FleetIngest = FleetIngest()
     auth: FleetAuth = FleetAuth()
     sources: tuple[Any, ...] = ()
 

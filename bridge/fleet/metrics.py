@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bridge.fleet.state import instance_state
 from bridge.fleet.store import IngestResult, Store
 from bridge.infra.prometheus import Exposition, Histogram
 
@@ -65,10 +64,10 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[str]) -> st
             for p, z, k, s, n in await store.notice_counts()
         ),
     )
-    now = time.time()
     states: Counter[str] = Counter({"reporting": 0, "silent": 0})
-    for instance in await store.instances():
-        states[instance_state(instance, now)[0]] += 1
+    for _provider, _version, total, silent in await store.instance_counts(time.time()):
+        states["reporting"] += total - silent
+        states["silent"] += silent
     out.add(
         "fleet_instances",
         "gauge",

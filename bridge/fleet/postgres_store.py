@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pgerrors
 
-from bridge.fleet import sql
+from bridge.fleet import sql, tallies
 from bridge.fleet.sqlite_store import ReadQueries, apply
 from bridge.fleet.store import (
     Batch,
@@ -125,6 +125,7 @@ class PostgresStore(ReadQueries):
             db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
             for statement in sql.schema(sql.POSTGRES_SERIAL):
                 db.execute(statement)
+            tallies.prepare(db, tallies.postgres_ddl(), tallies.POSTGRES_FILL_LOCK)
 
     def _check_tables(self) -> None:
         found = self._connect("read").execute("SELECT to_regclass('events')").fetchone()
@@ -171,11 +172,15 @@ class PostgresStore(ReadQueries):
         await self._read(lambda db: db.execute("SELECT 1").fetchone())
 
     async def ingest(self, batch: Batch) -> IngestResult:
-        def write(db: _Qmark) -> IngestResult:
+        (result,) = await self.ingest_many([batch])
+        return result
+
+    async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+        def write(db: _Qmark) -> list[IngestResult]:
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):
                 try:
                     with db.connection.transaction():
-                        return apply(db, batch)
+                        return [apply(db, batch) for batch in batches]
                 except (pgerrors.DeadlockDetected, pgerrors.SerializationFailure):
                     if attempt == CONFLICT_ATTEMPTS:
                         raise

@@ -21,6 +21,7 @@ from bridge.fleet.api import FleetApiRoutes
 from bridge.fleet.auth import AccessGuard
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
+from bridge.fleet.group_commit import GroupCommit
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.sources.base import Ingestor, Source
@@ -78,7 +79,14 @@ class FleetService:
         self.config = config
         self.store = store or build_store(config.store.url)
         self.stats = IngestStats()
-        self.ingestor = Ingestor(self.store, self.stats)
+        grouping = config.ingest
+        self.group = GroupCommit(
+            self.store,
+            max_events=grouping.group_events,
+            max_wait=grouping.group_wait,
+            max_queued=grouping.max_queued,
+        )
+        self.ingestor = Ingestor(self.store, self.stats, group=self.group)
         self.guard = AccessGuard(
             config.auth,
             loopback=config.listener.loopback,
@@ -173,6 +181,7 @@ class FleetService:
             await runner.cleanup()
             for source in reversed(started):
                 await source.stop()
+            await self.group.close()
             await self.store.close()
 
     async def run(self, stop: asyncio.Event) -> None:

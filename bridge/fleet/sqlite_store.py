@@ -27,7 +27,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from bridge import contract
-from bridge.fleet import sql
+from bridge.fleet import sql, tallies
 from bridge.fleet.state import FINISHED_RANK, RANK, zone_of
 from bridge.fleet.store import (
     Accepted,
@@ -163,6 +163,7 @@ def apply(db: Any, batch: Batch) -> IngestResult:
         sql.UPSERT_CHECKPOINT,
         [(batch.ingest, part, pos, batch.received_at) for part, pos in batch.checkpoints.items()],
     )
+    tallies.bump(db, len(applied), len(batch.refused))
     return IngestResult(len(applied), len(items) - len(applied), len(batch.refused), tuple(lags))
 
 
@@ -349,6 +350,11 @@ class Reads:
 
     @staticmethod
     def notice_counts(db: Any) -> list[tuple[str, str | None, str, str, int]]:
+        kept = tallies.read(db)
+        if kept is not None:
+            return sorted(
+                (p, z or None, k, s, n) for kind, p, z, k, s, n in kept if kind == "in_force"
+            )
         rows = db.execute(
             "SELECT provider, zone, kind, status, COUNT(*) FROM notices WHERE rank < 2 "
             "GROUP BY provider, zone, kind, status ORDER BY provider, zone, kind, status"
@@ -356,7 +362,32 @@ class Reads:
         return [(str(p), z, str(k), str(s), int(n)) for p, z, k, s, n in rows]
 
     @staticmethod
+    def instance_counts(db: Any, now: float) -> list[tuple[str, str, int, int]]:
+        """(provider, sidecar version, instances, of which silent at `now`)."""
+        kept = tallies.read(db)
+        if kept is None:
+            rows = db.execute(
+                f"SELECT provider, COALESCE(agent_version, '{tallies.UNKNOWN_VERSION}'), "  # noqa: S608
+                "COUNT(*) FROM instances GROUP BY 1, 2"
+            ).fetchall()
+            totals = {(str(p), str(v)): int(n) for p, v, n in rows}
+        else:
+            totals = {(p, v): n for kind, p, v, _, _, n in kept if kind == "instances"}
+        silent = {(p, v): n for p, v, n in tallies.silent_by(db, now)}
+        return sorted((p, v, n, silent.get((p, v), 0)) for (p, v), n in totals.items())
+
+    @staticmethod
     def counts(db: Any) -> dict[str, int]:
+        kept = tallies.read(db)
+        if kept is not None:
+            found = dict.fromkeys(("events", "instances", "notices", "rejected"), 0)
+            found["notices_in_force"] = 0
+            for kind, *_keys, n in kept:
+                if kind == "in_force":
+                    found["notices_in_force"] += n
+                elif kind in found:
+                    found[kind] += n
+            return found
         counts = {}
         for name, query in (
             ("events", "SELECT COUNT(*) FROM events"),
@@ -405,6 +436,9 @@ class ReadQueries:
     async def counts(self) -> dict[str, int]:
         return await self._read(Reads.counts)
 
+    async def instance_counts(self, now: float) -> list[tuple[str, str, int, int]]:
+        return await self._read(lambda db: Reads.instance_counts(db, now))
+
 
 class SqliteStore(ReadQueries):
     """`bridge.fleet.store.Store` on a SQLite file (see the module docstring)."""
@@ -437,6 +471,9 @@ class SqliteStore(ReadQueries):
             db.execute("PRAGMA synchronous=FULL")
             for statement in sql.schema(sql.SQLITE_SERIAL):
                 db.execute(statement)
+            db.execute("BEGIN IMMEDIATE")
+            tallies.prepare(db, tallies.sqlite_ddl())
+            db.execute("COMMIT")
             self._write_db = db
             self._read_db = self._connect()
         except (OSError, sqlite3.Error) as exc:
@@ -500,10 +537,14 @@ class SqliteStore(ReadQueries):
         await self._read(lambda db: db.execute("SELECT 1").fetchone())
 
     async def ingest(self, batch: Batch) -> IngestResult:
-        def write(db: sqlite3.Connection) -> IngestResult:
+        (result,) = await self.ingest_many([batch])
+        return result
+
+    async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+        def write(db: sqlite3.Connection) -> list[IngestResult]:
             db.execute("BEGIN IMMEDIATE")
-            result = apply(db, batch)
+            results = [apply(db, batch) for batch in batches]
             db.execute("COMMIT")
-            return result
+            return results
 
         return await self._run(self._writer, write, write=True)

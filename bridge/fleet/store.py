@@ -138,6 +138,10 @@ class Store(Protocol):
     async def ingest(self, batch: Batch) -> IngestResult:
         """Commit `batch` in one transaction (see the module docstring)."""
 
+    async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+        """Commit `batches` in ONE transaction, applied in order as `ingest` would apply each
+        (group commit, `bridge.fleet.group_commit`): all or none, a result per batch."""
+
     async def checkpoints(self, ingest: str) -> dict[str, str]:
         """The positions `ingest` committed, by partition (empty when it never ran)."""
 
@@ -159,4 +163,9 @@ class Store(Protocol):
         """(provider, zone, kind, status, count) of the notices in force (summary, metrics)."""
 
     async def counts(self) -> dict[str, int]:
-        """Row counts: events, instances, notices, notices_in_force, rejected."""
+        """Row counts: events, instances, notices, notices_in_force, rejected (kept as
+        events arrive, `bridge.fleet.tallies`: no recount per call)."""
+
+    async def instance_counts(self, now: float) -> list[tuple[str, str, int, int]]:
+        """(provider, sidecar version, instances, of which silent at `now`), from the tallies
+        and the index of when each instance turns silent (never a pass over every row)."""

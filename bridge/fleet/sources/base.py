@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge import contract
+from bridge.fleet.group_commit import GroupCommit
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.store import Accepted, Batch, IngestResult, Refused, Store
 
@@ -69,11 +70,17 @@ class Ingestor:
     """Commits what sources receive (see the module docstring); one per service."""
 
     def __init__(
-        self, store: Store, stats: IngestStats, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        stats: IngestStats,
+        clock: Callable[[], float] = time.time,
+        group: GroupCommit | None = None,
     ) -> None:
         self.store = store
         self.stats = stats
         self._clock = clock
+        #: Where `commit(grouped=True)` goes: many requests' batches in one transaction.
+        self.group = group or GroupCommit(store)
 
     async def commit(
         self,
@@ -81,7 +88,11 @@ class Ingestor:
         accepted: Sequence[Accepted],
         refused: Sequence[Refused] = (),
         checkpoints: Mapping[str, str] | None = None,
+        *,
+        grouped: bool = False,
     ) -> IngestResult:
+        """Commit and count; `grouped` (the http source's posts) shares a transaction with
+        other requests' batches (`bridge.fleet.group_commit`) and may raise `Overloaded`."""
         batch = Batch(
             ingest=source,
             received_at=self._clock(),
@@ -89,6 +100,6 @@ class Ingestor:
             refused=refused,
             checkpoints=dict(checkpoints or {}),
         )
-        result = await self.store.ingest(batch)
+        result = await (self.group.commit(batch) if grouped else self.store.ingest(batch))
         self.stats.record(source, result)
         return result
