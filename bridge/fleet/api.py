@@ -38,8 +38,9 @@ from bridge.contract import from_cloudevent, rfc3339
 from bridge.fleet import metrics, rollout, state
 from bridge.fleet.config import FleetApi
 from bridge.fleet.metrics import IngestStats
+from bridge.fleet.paging import BadCursor
 from bridge.fleet.sources.base import Source
-from bridge.fleet.store import EventQuery, NoticeFilter, Store, StoreError
+from bridge.fleet.store import EventQuery, InstanceQuery, NoticeFilter, Store, StoreError
 from bridge.infra.timeparse import TimeParseError, parse_time
 
 BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
@@ -185,13 +186,39 @@ class FleetApiRoutes:
         """Bad queries are 400, an unreachable store 503; never a traceback to the client."""
         try:
             response: web.StreamResponse = await handler(request)
-        except BadQuery as exc:
+        except (BadQuery, BadCursor) as exc:
             return _json({"error": str(exc)}, status=400)
         except StoreError as exc:
             return _json({"error": f"fleet store: {exc}"}, status=503)
         return response
 
     # -- notices ----------------------------------------------------------------------------
+
+    def _page(self, request: web.Request) -> tuple[str | None, int]:
+        """The `cursor` and `limit` of a paged list (`bridge.fleet.paging`)."""
+        cursor = request.query.get("cursor") or None
+        text = request.query.get("limit")
+        if text is None:
+            return cursor, self.settings.page_size
+        try:
+            limit = int(text)
+        except ValueError:
+            raise BadQuery("limit: expected an integer") from None
+        if not 1 <= limit <= self.settings.page_size:
+            raise BadQuery(f"limit: must be 1..{self.settings.page_size}")
+        return cursor, limit
+
+    @staticmethod
+    def _paged(request: web.Request, body: dict[str, Any], following: str | None) -> web.Response:
+        """A page's answer: `next` in the body (null on the last page), and, as for the audit
+        log, `Fleet-Next-Cursor` and a `Link: <...>; rel="next"` header."""
+        body["next"] = following
+        response = _json(body)
+        if following is not None:
+            url = request.rel_url.update_query(cursor=following)
+            response.headers["Fleet-Next-Cursor"] = following
+            response.headers["Link"] = f'<{url}>; rel="next"'
+        return response
 
     async def notices(self, request: web.Request) -> web.Response:
         query = request.query
@@ -202,46 +229,62 @@ class FleetApiRoutes:
             status=query.get("status"),
             instance=query.get("instance"),
         )
-        found = await self.store.notices(where)
-        return _json({"count": len(found), "notices": found})
+        cursor, limit = self._page(request)
+        page = await self.store.notice_page(where, cursor=cursor, limit=limit)
+        return self._paged(request, {"count": len(page.rows), "notices": page.rows}, page.next)
 
     async def upcoming(self, request: web.Request) -> web.Response:
+        """Scheduled notices starting within the horizon, soonest first, paged; the first
+        page also lists (up to a page of) those whose start is unknown."""
         within = duration("within", request.query.get("within", "24h"))
+        cursor, limit = self._page(request)
         now = time.time()
-        timed: list[tuple[float, dict[str, Any]]] = []
-        unknown: list[dict[str, Any]] = []
-        for notice in await self.store.notices(NoticeFilter(status="scheduled")):
-            start = _start(notice)
-            if start is None:
-                unknown.append(notice)
-            elif start <= now + within:
-                notice["seconds_until"] = round(start - now, 1)
-                timed.append((start, notice))
-        timed.sort(key=lambda pair: pair[0])
-        return _json(
-            {
-                "within_seconds": within,
-                "count": len(timed),
-                "notices": [n for _, n in timed],
-                "time_unknown": unknown,
-            }
+        scheduled = NoticeFilter(status="scheduled")
+        page = await self.store.notice_page(
+            scheduled, cursor=cursor, limit=limit, starts=now + within
         )
+        for notice in page.rows:
+            start = _start(notice)
+            notice["seconds_until"] = None if start is None else round(start - now, 1)
+        unknown = []
+        if cursor is None:
+            unknown = (
+                await self.store.notice_page(scheduled, cursor=None, limit=limit, starts="unknown")
+            ).rows
+        body = {
+            "within_seconds": within,
+            "count": len(page.rows),
+            "notices": page.rows,
+            "time_unknown": unknown,
+        }
+        return self._paged(request, body, page.next)
 
     # -- instances --------------------------------------------------------------------------
 
     async def instances(self, request: web.Request) -> web.Response:
+        query = request.query
+        wanted = query.get("state")
+        if wanted is not None and wanted not in ("reporting", "silent"):
+            raise BadQuery("state: expected reporting or silent")
+        cursor, limit = self._page(request)
         now = time.time()
-        in_force: dict[str, list[str]] = {}
-        for notice in await self.store.notices(NoticeFilter()):
-            in_force.setdefault(notice["source"], []).append(notice["notice_id"])
-        wanted = request.query.get("state")
+        page = await self.store.instance_page(
+            InstanceQuery(
+                state=wanted,
+                provider=query.get("provider"),
+                zone=query.get("zone"),
+                search=query.get("q") or None,
+                cursor=cursor,
+                limit=limit,
+                now=now,
+            )
+        )
         result = []
-        for instance in await self.store.instances():
+        for instance in page.rows:
             current, why = state.instance_state(instance, now)
-            if wanted and current != wanted:
-                continue
-            result.append(_instance_entry(instance, current, why, in_force))
-        return _json({"count": len(result), "instances": result})
+            notices = {instance["source"]: instance.pop("notices")}
+            result.append(_instance_entry(instance, current, why, notices))
+        return self._paged(request, {"count": len(result), "instances": result}, page.next)
 
     async def instance(self, request: web.Request) -> web.Response:
         """One instance by name or source (of two VMs of one name, the one heard from last);
@@ -304,9 +347,10 @@ class FleetApiRoutes:
             headers["Link"] = f'<{following}>; rel="next"'
         return web.Response(body=body, content_type=BATCH_CONTENT_TYPE, headers=headers)
 
-    async def rejected(self, _request: web.Request) -> web.Response:
-        found = await self.store.rejected()
-        return _json({"count": len(found), "rejected": found})
+    async def rejected(self, request: web.Request) -> web.Response:
+        cursor, limit = self._page(request)
+        page = await self.store.rejected_page(cursor=cursor, limit=limit)
+        return self._paged(request, {"count": len(page.rows), "rejected": page.rows}, page.next)
 
     # -- operations -------------------------------------------------------------------------
 

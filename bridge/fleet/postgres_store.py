@@ -125,6 +125,8 @@ class PostgresStore(ReadQueries):
             db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
             for statement in sql.schema(sql.POSTGRES_SERIAL):
                 db.execute(statement)
+            for statement in sql.READ_INDEXES:
+                db.execute(statement)
             tallies.prepare(db, tallies.postgres_ddl(), tallies.POSTGRES_FILL_LOCK)
 
     def _check_tables(self) -> None:

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from bridge import contract
+from bridge.fleet.paging import Page
 
 
 class StoreError(Exception):
@@ -100,6 +101,21 @@ class NoticeFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceQuery:
+    """`/v1/fleet/instances` and the page: a page of instances by (name, source) after
+    `cursor` (`bridge.fleet.paging`). `state` is `reporting` or `silent` at `now`; `search`
+    matches a part of the name or source, case-insensitively (ASCII)."""
+
+    state: str | None = None
+    provider: str | None = None
+    zone: str | None = None
+    search: str | None = None
+    cursor: str | None = None
+    limit: int = 500
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class EventQuery:
     """`/v1/fleet/events`: the audit log after `cursor` (a sequence number), oldest first.
 
@@ -122,6 +138,10 @@ class EventPage:
 
     rows: list[tuple[int, str, float, bytes]]
     next_cursor: int | None
+
+
+#: `notice_page`'s start filter: a time (start at most then), "unknown", or None (any).
+StartFilter = float | Literal["unknown"] | None
 
 
 class Store(Protocol):
@@ -153,6 +173,20 @@ class Store(Protocol):
     async def instances(self, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Every instance ever seen (or those whose name or source is in `keys`) with its
         identity, first/last seen and last heartbeat."""
+
+    async def instance_page(self, query: InstanceQuery) -> Page:
+        """A page of instances (keyset, `bridge.fleet.paging`), each with `notices`: the ids
+        of its notices in force."""
+
+    async def notice_page(
+        self, where: NoticeFilter, *, cursor: str | None, limit: int, starts: StartFilter = None
+    ) -> Page:
+        """A page of the notices in force in their order (soonest start first), keyset-paged;
+        `starts` keeps those starting by a time (Unix seconds) or, "unknown", those with no
+        known start (`upcoming`)."""
+
+    async def rejected_page(self, *, cursor: str | None, limit: int) -> Page:
+        """A page of the refused inputs, newest first."""
 
     async def events(self, query: EventQuery) -> EventPage: ...
 
