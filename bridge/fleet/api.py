@@ -38,7 +38,7 @@ from bridge.contract import from_cloudevent, rfc3339
 from bridge.fleet import metrics, rollout, state
 from bridge.fleet.config import FleetApi
 from bridge.fleet.metrics import IngestStats
-from bridge.fleet.paging import BadCursor
+from bridge.fleet.paging import DEFAULT_PAGE_SIZE, BadCursor
 from bridge.fleet.sources.base import Source
 from bridge.fleet.store import EventQuery, InstanceQuery, NoticeFilter, Store, StoreError
 from bridge.infra.timeparse import TimeParseError, parse_time
@@ -199,7 +199,7 @@ class FleetApiRoutes:
         cursor = request.query.get("cursor") or None
         text = request.query.get("limit")
         if text is None:
-            return cursor, self.settings.page_size
+            return cursor, min(DEFAULT_PAGE_SIZE, self.settings.page_size)
         try:
             limit = int(text)
         except ValueError:

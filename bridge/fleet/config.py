@@ -181,7 +181,8 @@ SOURCE_TYPES: Final[dict[str, type[msgspec.Struct]]] = {
 class FleetApi(_Table, frozen=True, kw_only=True):
     #: Seconds; maintenance sooner than this makes an instance not eligible (as the sidecar).
     eligible_horizon: Annotated[float, msgspec.Meta(ge=0)] = 3600.0
-    #: Events per page of /v1/fleet/events, at most.
+    #: Rows per page of /v1/fleet/events (also its default) and of every other list, at most
+    #: (their default is `bridge.fleet.paging.DEFAULT_PAGE_SIZE`, 100).
     page_size: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
 
 

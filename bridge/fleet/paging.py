@@ -20,8 +20,9 @@ from typing import Any, Final
 
 import msgspec
 
-#: Rows of a list page when the request names no `limit` (announced in CHANGELOG).
-DEFAULT_PAGE_SIZE: Final = 500
+#: Rows of a list page when the request names no `limit` (announced in CHANGELOG); a
+#: request may ask for up to `[fleet.api] page_size` (500).
+DEFAULT_PAGE_SIZE: Final = 100
 #: Longest cursor accepted, characters.
 MAX_CURSOR: Final = 2048
 _DECODE: Final = msgspec.json.Decoder(list[str | float | int | None])

@@ -67,12 +67,14 @@ def redacted(url: str) -> str:
 class _Qmark:
     """A psycopg connection that takes the `?` statements of `bridge.fleet.sql` and the
     shared queries. PostgreSQL's TEXT cannot hold NUL, which only a refused (not JSON, or
-    not UTF-8) body can carry: it is stored as U+FFFD, like the other undecodable bytes."""
+    not UTF-8) body can carry: it is stored as U+FFFD, like the other undecodable bytes.
+    LIKE becomes ILIKE: the shared searches ignore case, as SQLite's LIKE does (ASCII)."""
 
     def __init__(self, connection: psycopg.Connection[Any]) -> None:
         self.connection = connection
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        statement = statement.replace(" LIKE ", " ILIKE ")
         return self.connection.execute(sql.to_pyformat(statement), _text_safe(params))
 
     def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:

@@ -74,7 +74,7 @@ HISTORY_CHUNK: Final = 500
 #: The sort position of a notice with no known start: after every real time.
 NO_START: Final = 9e18
 #: The notices' list order, and the keyset of their cursors (`notices_order` indexes it).
-NOTICE_START: Final = f"COALESCE(n.not_before, {NO_START})"
+NOTICE_START: Final = "COALESCE(n.not_before, 9e18)"  # written as in the index
 NOTICE_ORDER: Final = f"{NOTICE_START}, n.time, n.source, n.notice_id"
 _INSTANCES: Final = (
     "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
@@ -386,14 +386,13 @@ class Reads:
             (f"{silent_at} >= ?", query.now if query.state == "reporting" else None),
         ]
         if query.search:
-            escaped = "".join(f"!{c}" if c in "!%_" else c for c in query.search.lower())
-            conditions.append(
-                (
-                    "(LOWER(name) LIKE ? ESCAPE '!' OR LOWER(source) LIKE ? ESCAPE '!')",
-                    f"%{escaped}%",
-                )
-            )
+            # A part of the name (SQLite's LIKE ignores ASCII case; PostgreSQL's adapter
+            # makes it ILIKE) or the exact source: a scan of the names, never of the sources.
+            escaped = "".join(f"!{c}" if c in "!%_" else c for c in query.search)
+            conditions.append(("(name LIKE ? ESCAPE '!' OR source = ?)", True))
         clause, params = _where(conditions)
+        if query.search:
+            params[-2:] = [f"%{escaped}%", query.search]
         if query.cursor:
             keyset = "(name, source) > (?, ?)"
             clause = f"{clause} AND {keyset}" if clause else f" WHERE {keyset}"

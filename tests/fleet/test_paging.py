@@ -17,6 +17,7 @@ from bridge.fleet import paging
 from bridge.fleet.api import fleet_summary
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService, build_store
+from bridge.fleet.sqlite_store import NOTICE_ORDER
 from bridge.fleet.store import InstanceQuery, NoticeFilter, Store
 from bridge.pipeline.model import Status
 from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat, transition
@@ -212,10 +213,9 @@ async def test_the_list_queries_use_their_indexes(store: Store, store_url: str) 
                 "ORDER BY name, source LIMIT 10",
                 ["a", "b"],
             ),
-            "notices": (
-                "SELECT n.notice_id FROM notices n WHERE n.rank < 2 AND "
-                "(COALESCE(n.not_before, 9e18), n.time, n.source, n.notice_id) > (?, ?, ?, ?) "
-                "ORDER BY COALESCE(n.not_before, 9e18), n.time, n.source, n.notice_id LIMIT 10",
+            "notices": (  # the statement the store runs
+                f"SELECT n.notice_id FROM notices n WHERE n.rank < 2 AND ({NOTICE_ORDER}) "  # noqa: S608
+                f"> (?, ?, ?, ?) ORDER BY {NOTICE_ORDER} LIMIT 10",
                 [1.0, 1.0, "a", "b"],
             ),
             "silent": (
