@@ -98,7 +98,7 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
     states: Counter[str] = Counter({"reporting": 0, "silent": 0})
     providers: Counter[str] = Counter()
     rows = await store.instance_counts(now)
-    for provider, _version, total, silent in rows:
+    for provider, _version, _zone, total, silent in rows:
         states["reporting"] += total - silent
         states["silent"] += silent
         providers[provider] += total

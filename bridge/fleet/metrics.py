@@ -65,7 +65,7 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[str]) -> st
         ),
     )
     states: Counter[str] = Counter({"reporting": 0, "silent": 0})
-    for _provider, _version, total, silent in await store.instance_counts(time.time()):
+    for *_group, total, silent in await store.instance_counts(time.time()):
         states["reporting"] += total - silent
         states["silent"] += silent
     out.add(

@@ -30,11 +30,13 @@ def by_version(instances: Iterable[Mapping[str, Any]], now: float) -> dict[str, 
     return _ordered(counts)
 
 
-def by_version_counts(rows: Iterable[tuple[str, str, int, int]]) -> dict[str, dict[str, int]]:
-    """`by_version` from the store's `instance_counts` rows (provider, version, total,
+def by_version_counts(
+    rows: Iterable[tuple[str, str, str, int, int]],
+) -> dict[str, dict[str, int]]:
+    """`by_version` from the store's `instance_counts` rows (provider, version, zone, total,
     silent), without reading the instances."""
     counts: dict[str, dict[str, int]] = {}
-    for _provider, version, total, silent in rows:
+    for _provider, version, _zone, total, silent in rows:
         row = counts.setdefault(version or UNKNOWN, {"total": 0, "reporting": 0, "silent": 0})
         row["total"] += total
         row["silent"] += silent

@@ -241,6 +241,32 @@ def _where(conditions: Iterable[tuple[str, Any]]) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
+def _notice_where(
+    where: NoticeFilter, in_force: bool, starts: StartFilter = None
+) -> tuple[str, list[Any]]:
+    """The WHERE clause of a notice query (`n` is the notices table)."""
+    search = None
+    if where.search:
+        search = "%" + "".join(f"!{c}" if c in "!%_" else c for c in where.search) + "%"
+    return _where(
+        [
+            (f"n.rank < {FINISHED_RANK}", True if in_force else None),
+            ("n.provider = ?", where.provider),
+            ("n.zone = ?", where.zone),
+            ("n.kind = ?", where.kind),
+            ("n.status = ?", where.status),
+            ("(n.instance = ? OR n.source = ?)", where.instance),
+            (
+                "(n.instance LIKE ? ESCAPE '!' OR n.notice_id LIKE ? ESCAPE '!' "
+                "OR n.zone LIKE ? ESCAPE '!' OR n.source LIKE ? ESCAPE '!')",
+                search,
+            ),
+            (f"{NOTICE_START} <= ?", starts if not isinstance(starts, str) else None),
+            ("n.not_before IS NULL", True if starts == "unknown" else None),
+        ]
+    )
+
+
 class Reads:
     """The store's queries over a DB-API connection with `?` placeholders."""
 
@@ -267,18 +293,7 @@ class Reads:
     ) -> tuple[list[dict[str, Any]], dict[int, tuple[Any, ...]]]:
         """Notices in the list's order (soonest `not_before` first, unknown last) after the
         keyset position `after`, at most `limit`; and each one's sort key (by `id`)."""
-        clause, params = _where(
-            [
-                (f"n.rank < {FINISHED_RANK}", True if in_force else None),
-                ("n.provider = ?", where.provider),
-                ("n.zone = ?", where.zone),
-                ("n.kind = ?", where.kind),
-                ("n.status = ?", where.status),
-                ("(n.instance = ? OR n.source = ?)", where.instance),
-                (f"{NOTICE_START} <= ?", starts if not isinstance(starts, str) else None),
-                ("n.not_before IS NULL", True if starts == "unknown" else None),
-            ]
-        )
+        clause, params = _notice_where(where, in_force, starts)
         if after is not None:
             keyset = f"({NOTICE_ORDER}) > (?, ?, ?, ?)"
             clause = f"{clause} AND {keyset}" if clause else f" WHERE {keyset}"
@@ -424,6 +439,17 @@ class Reads:
         return found
 
     @staticmethod
+    def notice_groups(db: Any, where: NoticeFilter) -> list[tuple[str, str, str, str, int]]:
+        clause, params = _notice_where(where, True)
+        rows = db.execute(
+            "SELECT n.provider, COALESCE(n.zone, ''), n.kind, n.status, COUNT(*) "  # noqa: S608
+            f"FROM notices n{clause} GROUP BY n.provider, COALESCE(n.zone, ''), n.kind, "
+            "n.status",
+            params,
+        ).fetchall()
+        return [(str(p), str(z), str(k), str(s), int(n)) for p, z, k, s, n in rows]
+
+    @staticmethod
     def rejected_page(db: Any, cursor: str | None, limit: int) -> paging.Page:
         before = int(paging.decode(cursor, 1)[0]) if cursor else None
         clause = " WHERE seq < ?" if before is not None else ""
@@ -481,19 +507,19 @@ class Reads:
         return [(str(p), z, str(k), str(s), int(n)) for p, z, k, s, n in rows]
 
     @staticmethod
-    def instance_counts(db: Any, now: float) -> list[tuple[str, str, int, int]]:
-        """(provider, sidecar version, instances, of which silent at `now`)."""
+    def instance_counts(db: Any, now: float) -> list[tuple[str, str, str, int, int]]:
+        """(provider, sidecar version, zone or "", instances, of which silent at `now`)."""
         kept = tallies.read(db)
         if kept is None:
             rows = db.execute(
                 f"SELECT provider, COALESCE(agent_version, '{tallies.UNKNOWN_VERSION}'), "  # noqa: S608
-                "COUNT(*) FROM instances GROUP BY 1, 2"
+                "COALESCE(zone, ''), COUNT(*) FROM instances GROUP BY 1, 2, 3"
             ).fetchall()
-            totals = {(str(p), str(v)): int(n) for p, v, n in rows}
+            totals = {(str(p), str(v), str(z)): int(n) for p, v, z, n in rows}
         else:
-            totals = {(p, v): n for kind, p, v, _, _, n in kept if kind == "instances"}
-        silent = {(p, v): n for p, v, n in tallies.silent_by(db, now)}
-        return sorted((p, v, n, silent.get((p, v), 0)) for (p, v), n in totals.items())
+            totals = {(p, v, z): n for kind, p, v, z, _, n in kept if kind == "instances"}
+        silent = {(p, v, z): n for p, v, z, n in tallies.silent_by(db, now)}
+        return sorted((*key, n, silent.get(key, 0)) for key, n in totals.items())
 
     @staticmethod
     def counts(db: Any) -> dict[str, int]:
@@ -554,6 +580,9 @@ class ReadQueries:
     ) -> paging.Page:
         return await self._read(lambda db: Reads.notice_page(db, where, cursor, limit, starts))
 
+    async def notice_groups(self, where: NoticeFilter) -> list[tuple[str, str, str, str, int]]:
+        return await self._read(lambda db: Reads.notice_groups(db, where))
+
     async def rejected_page(self, *, cursor: str | None, limit: int) -> paging.Page:
         return await self._read(lambda db: Reads.rejected_page(db, cursor, limit))
 
@@ -566,7 +595,7 @@ class ReadQueries:
     async def counts(self) -> dict[str, int]:
         return await self._read(Reads.counts)
 
-    async def instance_counts(self, now: float) -> list[tuple[str, str, int, int]]:
+    async def instance_counts(self, now: float) -> list[tuple[str, str, str, int, int]]:
         return await self._read(lambda db: Reads.instance_counts(db, now))
 
 

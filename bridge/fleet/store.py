@@ -91,13 +91,15 @@ class IngestResult:
 
 @dataclass(frozen=True, slots=True)
 class NoticeFilter:
-    """`/v1/fleet/notices` filters; None matches everything. `instance` is a name or source."""
+    """`/v1/fleet/notices` filters; None matches everything. `instance` is a name or source;
+    `search` a part of the instance, notice id, zone or source (the page's search box)."""
 
     provider: str | None = None
     zone: str | None = None
     kind: str | None = None
     status: str | None = None
     instance: str | None = None
+    search: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +187,10 @@ class Store(Protocol):
         `starts` keeps those starting by a time (Unix seconds) or, "unknown", those with no
         known start (`upcoming`)."""
 
+    async def notice_groups(self, where: NoticeFilter) -> list[tuple[str, str, str, str, int]]:
+        """(provider, zone or "", kind, status, count) of the notices in force `where` selects
+        (the page's headline, its table by zone and kind)."""
+
     async def rejected_page(self, *, cursor: str | None, limit: int) -> Page:
         """A page of the refused inputs, newest first."""
 
@@ -200,6 +206,7 @@ class Store(Protocol):
         """Row counts: events, instances, notices, notices_in_force, rejected (kept as
         events arrive, `bridge.fleet.tallies`: no recount per call)."""
 
-    async def instance_counts(self, now: float) -> list[tuple[str, str, int, int]]:
-        """(provider, sidecar version, instances, of which silent at `now`), from the tallies
+    async def instance_counts(self, now: float) -> list[tuple[str, str, str, int, int]]:
+        """(provider, sidecar version, zone or "", instances, of which silent at `now`), from
+        the tallies
         and the index of when each instance turns silent (never a pass over every row)."""

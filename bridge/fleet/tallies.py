@@ -5,8 +5,8 @@ milliseconds. The store keeps a `tallies` table instead, changed in the same tra
 the rows it counts, so every replica on one PostgreSQL reads the same figures and a rolled
 back ingest counts nothing:
 
-- `instances` by (provider, sidecar version): triggers on `instances` (an insert, or an
-  update that changes the provider or the version: a heartbeat naming a new build);
+- `instances` by (provider, sidecar version, zone): triggers on `instances` (an insert, or
+  an update that changes one of them: a heartbeat naming a new build);
 - `notices` (all) and `in_force` by (provider, zone, kind, status): triggers on `notices`;
 - `events` and `rejected`: one increment per batch from `sqlite_store.apply` (a row trigger
   on the audit log would cost an upsert per event of every batch).
@@ -58,7 +58,7 @@ _VERSION: Final = "COALESCE({row}.agent_version, '" + UNKNOWN_VERSION + "')"
 def _instance(row: str, delta: str) -> str:
     version = _VERSION.format(row=row)
     return _ADD.format(
-        values=f"'instances', {row}.provider, {version}, '', '', {delta}",
+        values=f"'instances', {row}.provider, {version}, COALESCE({row}.zone, ''), '', {delta}",
     )
 
 
@@ -79,7 +79,8 @@ _INSTANCE_INSERT: Final = (_instance("NEW", "1"),)
 _INSTANCE_UPDATE: Final = (_instance("OLD", "-1"), _instance("NEW", "1"))
 _INSTANCE_CHANGED: Final = (
     "OLD.provider IS DISTINCT FROM NEW.provider "
-    "OR OLD.agent_version IS DISTINCT FROM NEW.agent_version"
+    "OR OLD.agent_version IS DISTINCT FROM NEW.agent_version "
+    "OR OLD.zone IS DISTINCT FROM NEW.zone"
 )
 _TRIGGERS: Final = (
     ("notices_tally_insert", "INSERT", "notices", None, _NOTICE_INSERT),
@@ -99,8 +100,9 @@ _FILL: Final = (
     "SELECT 'in_force', provider, COALESCE(zone, ''), kind, status, COUNT(*) FROM notices "
     "WHERE rank < 2 GROUP BY provider, COALESCE(zone, ''), kind, status",
     "INSERT INTO tallies (kind, k1, k2, k3, k4, n) "  # noqa: S608 (constants only)
-    f"SELECT 'instances', provider, {_VERSION.format(row='instances')}, '', '', COUNT(*) "
-    f"FROM instances GROUP BY provider, {_VERSION.format(row='instances')}",
+    f"SELECT 'instances', provider, {_VERSION.format(row='instances')}, COALESCE(zone, ''), "
+    f"'', COUNT(*) FROM instances GROUP BY provider, {_VERSION.format(row='instances')}, "
+    "COALESCE(zone, '')",
     # The mark that the table holds the counts (an empty store is filled too).
     "INSERT INTO tallies (kind, k1, k2, k3, k4, n) VALUES ('ready', '', '', '', '', 1)",
 )
@@ -177,11 +179,12 @@ def read(db: Any) -> list[tuple[str, str, str, str, str, int]] | None:
     return [(str(a), str(b), str(c), str(d), str(e), int(n)) for a, b, c, d, e, n in rows]
 
 
-def silent_by(db: Any, now: float) -> list[tuple[str, str, int]]:
-    """(provider, version, count) of the instances silent at `now`."""
+def silent_by(db: Any, now: float) -> list[tuple[str, str, str, int]]:
+    """(provider, version, zone or "", count) of the instances silent at `now`."""
+    version = _VERSION.format(row="instances")
     rows = db.execute(
-        f"SELECT provider, {_VERSION.format(row='instances')}, COUNT(*) FROM instances "  # noqa: S608
-        f"WHERE {SILENT_AT} < ? GROUP BY provider, {_VERSION.format(row='instances')}",
+        f"SELECT provider, {version}, COALESCE(zone, ''), COUNT(*) FROM instances "  # noqa: S608
+        f"WHERE {SILENT_AT} < ? GROUP BY provider, {version}, COALESCE(zone, '')",
         (now,),
     ).fetchall()
-    return [(str(p), str(v), int(n)) for p, v, n in rows]
+    return [(str(p), str(v), str(z), int(n)) for p, v, z, n in rows]

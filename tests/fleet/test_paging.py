@@ -178,7 +178,10 @@ async def test_counts_kept_as_events_arrive_equal_a_recount(store: Store) -> Non
     }
     assert await store.notice_counts() == [("gce", "us-central1-a", "reboot", "started", 1)]
     rows = await store.instance_counts(at(1).timestamp())
-    assert sorted((p, n, silent) for p, _v, n, silent in rows) == [("azure", 1, 1), ("gce", 1, 0)]
+    assert sorted((p, z, n, silent) for p, _v, z, n, silent in rows) == [
+        ("azure", "westeurope-1", 1, 1),
+        ("gce", "us-central1-a", 1, 0),
+    ]
 
 
 async def test_a_store_written_before_the_counts_is_counted_once_on_open(
