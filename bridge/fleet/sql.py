@@ -100,6 +100,8 @@ READ_INDEXES: Final = (
     "CREATE INDEX IF NOT EXISTS notices_order ON notices "
     "((COALESCE(not_before, 9e18)), time, source, notice_id) WHERE rank < 2",
     "CREATE INDEX IF NOT EXISTS instances_order ON instances (name, source)",
+    # The page's timeline reads a week of maintenance events, not a week of heartbeats.
+    "CREATE INDEX IF NOT EXISTS events_type_time ON events (type, time)",
 )
 
 

@@ -483,6 +483,11 @@ class Reads:
         return EventPage(page, page[-1][0] if more and page else None)
 
     @staticmethod
+    def last_sequence(db: Any) -> int:
+        (last,) = db.execute("SELECT MAX(seq) FROM events").fetchone()
+        return int(last or 0)
+
+    @staticmethod
     def rejected(db: Any, limit: int) -> list[dict[str, Any]]:
         rows = db.execute(
             "SELECT seq, ingest, received_at, reason, body FROM rejected ORDER BY seq DESC LIMIT ?",
@@ -571,6 +576,9 @@ class ReadQueries:
 
     async def events(self, query: EventQuery) -> EventPage:
         return await self._read(lambda db: Reads.events(db, query))
+
+    async def last_sequence(self) -> int:
+        return await self._read(Reads.last_sequence)
 
     async def instance_page(self, query: InstanceQuery) -> paging.Page:
         return await self._read(lambda db: Reads.instance_page(db, query))

@@ -196,6 +196,9 @@ class Store(Protocol):
 
     async def events(self, query: EventQuery) -> EventPage: ...
 
+    async def last_sequence(self) -> int:
+        """The audit log's last sequence number, 0 when it is empty (an index lookup)."""
+
     async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
         """The latest refused inputs (newest first) with their reasons."""
 
