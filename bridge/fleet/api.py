@@ -5,8 +5,9 @@
 - `GET /v1/fleet/upcoming?within=24h`: scheduled notices starting within the horizon,
   soonest first (`within`: seconds or `90m`, `24h`, `7d`; default 24h); scheduled ones with
   no known time are listed apart under `time_unknown`.
-- `GET /v1/fleet/instances`: every instance, `reporting` or `silent`, with its notices in
-  force; `GET /v1/fleet/instances/{name or source}` one of them (404 when unknown).
+- `GET /v1/fleet/instances`: instances by name, `reporting` or `silent`, with the ids of
+  their notices in force (filters `state`, `provider`, `zone`, `q`);
+  `GET /v1/fleet/instances/{name or source}` one of them (404 when unknown).
 - `GET /v1/fleet/eligible?instance=a&instance=b&horizon=3600`: each candidate eligible or
   not and why, `preferred` the first eligible one in the order given; 200 when one is, 503
   when none is (so `curl -f` fails) - see docs/fleet.md for etcd, Consul and Lease recipes.
@@ -15,7 +16,12 @@
 - `GET /v1/fleet/events?instance=&type=&since=&until=&cursor=&limit=`: the audit log as a
   CloudEvents batch (`application/cloudevents-batch+json`), the exact bytes received; the
   next page's cursor is in `Fleet-Next-Cursor` and a `Link: <...>; rel="next"` header.
-- `GET /v1/fleet/rejected`: the latest refused inputs and why.
+- `GET /v1/fleet/rejected`: the refused inputs and why, newest first.
+
+The lists (notices, upcoming, instances, rejected) are keyset-paged (`bridge.fleet.paging`):
+`limit` rows (default 100, at most `[fleet.api] page_size`) and `next`, the cursor to pass
+back as `cursor` (also `Fleet-Next-Cursor` and `Link: rel="next"`). `/v1` promises are in
+docs/fleet.md ("What `/v1` promises"): a `next` cursor and new fields are additive.
 - `/metrics`, `/healthz` (the process answers), `/readyz` (the store answers and every
   source consumes).
 
