@@ -11,6 +11,9 @@ and from the same client (this process, aiohttp, `--senders` concurrent connecti
   the service did before group commit;
 - **fleet, group commit**: the same with the defaults (`bridge.fleet.group_commit`).
 
+All three run at once and take turns, `--rounds` times (the machine's load drifts between
+runs; side by side in time the ratios hold).
+
 Each post is a distinct signed maintenance event (structured mode) answered only after its
 durable commit. Prints requests per second and each fleet figure as a share of the floor.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import tempfile
 import time
@@ -135,47 +139,54 @@ async def _post_for(
         return done / (time.monotonic() - started)
 
 
-async def run(seconds: float, senders: int) -> list[tuple[str, float]]:
-    figures: list[tuple[str, float]] = []
+async def run(seconds: float, senders: int, rounds: int) -> list[tuple[str, list[float]]]:
+    """Requests per second of each server, `rounds` times, the servers taking turns (the
+    machine's load drifts: side by side in time, the ratios hold where single runs don't)."""
     with tempfile.TemporaryDirectory(prefix="bench-fleet-posts-") as tmp:
-        port = free_port()
-        floor = await _start(["-c", FLOOR, str(port)], port)
-        per_sender = int(seconds * 20_000 / senders) + 1
+        servers: list[tuple[str, int, asyncio.subprocess.Process]] = []
         try:
-            shares = prepared("f", senders, per_sender)
-            figures.append(
-                ("floor", await _post_for(f"http://127.0.0.1:{port}", seconds, shares, "f"))
-            )
-        finally:
-            await _stop(floor)
-        for label, ingest in (
-            ("one transaction per post", {"group_events": 1, "group_wait": 0.0}),
-            ("group commit", {}),
-        ):
-            workdir = Path(tmp) / label.replace(" ", "-")
-            workdir.mkdir()
             port = free_port()
-            config = _fleet_config(workdir, port, ingest)
-            fleet = await _start(["-m", "bridge", "fleet", "--config", str(config)], port)
-            try:
-                shares = prepared(label[:1], senders, per_sender)
-                rate = await _post_for(f"http://127.0.0.1:{port}", seconds, shares, label[:1])
-                figures.append((label, rate))
-            finally:
-                await _stop(fleet)
-    return figures
+            servers.append(("floor", port, await _start(["-c", FLOOR, str(port)], port)))
+            for label, ingest in (
+                ("one transaction per post", {"group_events": 1, "group_wait": 0.0}),
+                ("group commit", {}),
+            ):
+                workdir = Path(tmp) / label.replace(" ", "-")
+                workdir.mkdir()
+                port = free_port()
+                config = _fleet_config(workdir, port, ingest)
+                args = ["-m", "bridge", "fleet", "--config", str(config)]
+                servers.append((label, port, await _start(args, port)))
+            per_sender = int(seconds * 20_000 / senders) + 1
+            rates: dict[str, list[float]] = {label: [] for label, _, _ in servers}
+            for round_ in range(rounds):
+                for label, port, _proc in servers:
+                    tag = f"{label[:1]}{round_}"
+                    shares = prepared(tag, senders, per_sender)
+                    url = f"http://127.0.0.1:{port}"
+                    rates[label].append(await _post_for(url, seconds, shares, tag))
+        finally:
+            for _label, _port, proc in servers:
+                await _stop(proc)
+    return list(rates.items())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet_posts", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per server and round")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--senders", type=int, default=64)
     args = parser.parse_args(argv)
-    figures = asyncio.run(run(args.seconds, args.senders))
-    floor = figures[0][1]
-    print(f"{args.senders} senders, {args.seconds:g} s each, signed one-event posts")
-    for label, rate in figures:
-        print(f"{label:>26}: {rate:8.0f} requests/s  ({rate / floor:.2f} of the floor)")
+    figures = asyncio.run(run(args.seconds, args.senders, args.rounds))
+    floor = statistics.median(figures[0][1])
+    print(
+        f"{args.senders} senders, signed one-event posts, {args.rounds} rounds of "
+        f"{args.seconds:g} s per server (median, and each round)"
+    )
+    for label, rates in figures:
+        middle = statistics.median(rates)
+        each = ", ".join(f"{rate:.0f}" for rate in rates)
+        print(f"{label:>26}: {middle:7.0f} requests/s ({middle / floor:.2f} of the floor) [{each}]")
     return 0
 
 

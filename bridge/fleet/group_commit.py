@@ -8,17 +8,17 @@ InnoDB's group commit do).
 
 `GroupCommit.commit(batch)` queues the batch and waits. One flusher task takes what is
 queued, up to `max_events` events (a batch larger than that goes alone), waiting at most
-`max_wait` seconds for more to arrive when fewer are queued, and hands them to
+`max_wait` seconds for company when only one request is queued, and hands them to
 `Store.ingest_many`, which applies them in order in ONE transaction. Every waiting request
 is answered after that transaction committed, with its own counts, so a 2xx still means
 durable; when the transaction fails, every request in it gets the same `StoreError` (the
 HTTP source answers each with 503 and Retry-After; nothing of any of them was written).
 
 While a transaction runs the next requests queue, so under load the groups grow by
-themselves; `max_wait` only matters when the store is idle. The queue is bounded:
-`max_queued` events waiting at most; past it `commit` raises `Overloaded` at once (HTTP:
-503 with Retry-After) instead of holding the request's memory - back-pressure during a
-burst, never an unbounded queue.
+themselves; `max_wait` only matters when the store is idle (a lone request queued). The
+queue is bounded: `max_queued` events waiting at most; past it `commit` raises `Overloaded`
+at once (HTTP: 503 with Retry-After) instead of holding the request's memory -
+back-pressure during a burst, never an unbounded queue.
 """
 
 from __future__ import annotations
@@ -122,8 +122,10 @@ class GroupCommit:
 
     async def _flush(self) -> None:
         while self._queue:
-            if self.queued < self.max_events and self.max_wait > 0:
-                # The store is idle: give concurrent requests a moment to join.
+            if len(self._queue) == 1 and self.max_wait > 0:
+                # A lone request on an idle store: give concurrent ones a moment to join.
+                # (Under load, those that arrived during the last commit are queued already:
+                # taking them at once is the group, and waiting would only add latency.)
                 self._arrived.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.max_wait):
