@@ -39,6 +39,8 @@ class IngestStats:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     lag: dict[str, Histogram] = field(default_factory=dict)
     auth: AuthStats = field(default_factory=lambda: AuthStats())
+    #: Requests answered 503 because the ingest queue was full, by source (back-pressure).
+    overloaded: Counter[str] = field(default_factory=Counter)
 
     def record(self, source: str, result: IngestResult) -> None:
         self.counts[(source, "accepted")] += result.accepted
@@ -101,6 +103,12 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[str]) -> st
         "counter",
         "Requests answered 429 because their address failed too many credentials.",
         [({}, stats.auth.throttled)],
+    )
+    out.add(
+        "fleet_ingest_overloaded_total",
+        "counter",
+        "Posts answered 503 with Retry-After because the ingest queue was full.",
+        (({"source": source}, stats.overloaded[source]) for source in names),
     )
     counts: dict[str, Any] = await store.counts()
     out.add(

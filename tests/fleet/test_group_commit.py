@@ -149,6 +149,8 @@ async def test_a_full_ingest_queue_is_503_with_retry_after_and_never_grows(
         assert refused.headers["Retry-After"] == "1"
         assert "retry" in refused.json()["error"]
         assert service.group.queued == 5
+        metrics = (await http.get(f"{service.url}/metrics")).text
+        assert 'fleet_ingest_overloaded_total{source="http"} 1' in metrics
         gated.gate.set()
         assert [a.status_code for a in await asyncio.gather(*held)] == [200] * 5
         later = await http.post(url, content=posts(1, "late")[0], headers=STRUCTURED)

@@ -337,6 +337,7 @@ class HttpSource:
                 self.name, accepted, [r for _, r in refused], grouped=True
             )
         except Overloaded as exc:
+            ingestor.stats.overloaded[self.name] += 1
             return web.json_response(
                 {"error": str(exc)},
                 status=503,
