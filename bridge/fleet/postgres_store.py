@@ -129,7 +129,7 @@ class PostgresStore(ReadQueries):
                 db.execute(statement)
             for statement in sql.READ_INDEXES:
                 db.execute(statement)
-            tallies.prepare(db, tallies.postgres_ddl(), tallies.POSTGRES_FILL_LOCK)
+            tallies.prepare(db, tallies.postgres_ddl(), tallies.POSTGRES_FILL_LOCK, postgres=True)
 
     def _check_tables(self) -> None:
         found = self._connect("read").execute("SELECT to_regclass('events')").fetchone()

@@ -11,9 +11,12 @@ back ingest counts nothing:
 - `events` and `rejected`: one increment per batch from `sqlite_store.apply` (a row trigger
   on the audit log would cost an upsert per event of every batch).
 
-Which instances are `silent` depends on the time of the question, so it is not tallied:
-`silent_by` reads them through the index on the moment each turns silent
-(`SILENT_AT`), a short range when the fleet is healthy; `reporting` is the total minus those.
+Which instances are `silent` depends on the time of the question. The moment each one
+turns silent (`SILENT_AT`: its last heartbeat plus three of its intervals) is tallied by
+minute in `silent_tallies` (triggers on `instances`; a heartbeat moves its instance to a
+later minute); `silent_by` sums the minutes before now and counts the current minute
+through the index on `SILENT_AT`, so an outage of a whole region costs what a healthy
+fleet does. `reporting` is the total minus those.
 
 `prepare` creates the table and triggers (idempotent) and fills the table from the rows the
 first time (a store written before tallies existed), under the caller's transaction.
@@ -107,13 +110,84 @@ _FILL: Final = (
     "INSERT INTO tallies (kind, k1, k2, k3, k4, n) VALUES ('ready', '', '', '', '', 1)",
 )
 
+# -- silent instances: when each turns silent, tallied by minute --------------------------
+
+SILENT_TABLE: Final = """CREATE TABLE IF NOT EXISTS silent_tallies (
+    minute BIGINT NOT NULL,
+    provider TEXT NOT NULL,
+    version TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    n BIGINT NOT NULL,
+    PRIMARY KEY (minute, provider, version, zone)
+)"""
+#: The minute (Unix seconds // 60) in which a row turns silent, per dialect: SQLite's CAST
+#: truncates (the value is never negative), PostgreSQL's rounds, so it floors first.
+_SQLITE_MINUTE: Final = "CAST(({at}) / 60 AS INTEGER)"
+_POSTGRES_MINUTE: Final = "CAST(FLOOR(({at}) / 60) AS BIGINT)"
+
+
+def _silent_at(row: str) -> str:
+    return SILENT_AT.replace("last_heartbeat", f"{row}.last_heartbeat").replace(
+        "heartbeat_interval", f"{row}.heartbeat_interval"
+    )
+
+
+def _silent_steps(minute: str, row: str, delta: str) -> list[str]:
+    """Add `delta` to the minute `row` turns silent in (and drop the tally it emptied)."""
+    at = minute.format(at=_silent_at(row))
+    keys = f"{row}.provider, {_VERSION.format(row=row)}, COALESCE({row}.zone, '')"
+    steps = [
+        "INSERT INTO silent_tallies (minute, provider, version, zone, n) "  # noqa: S608
+        f"VALUES ({at}, {keys}, {delta}) "
+        "ON CONFLICT (minute, provider, version, zone) "
+        "DO UPDATE SET n = silent_tallies.n + excluded.n"
+    ]
+    if delta.startswith("-"):
+        steps.append(
+            f"DELETE FROM silent_tallies WHERE minute = {at} AND provider = {row}.provider "  # noqa: S608
+            f"AND version = {_VERSION.format(row=row)} AND zone = COALESCE({row}.zone, '') "
+            "AND n = 0"
+        )
+    return steps
+
+
+_SILENT_CHANGED: Final = (
+    "OLD.last_heartbeat IS DISTINCT FROM NEW.last_heartbeat "
+    "OR OLD.heartbeat_interval IS DISTINCT FROM NEW.heartbeat_interval "
+    f"OR {_INSTANCE_CHANGED}"
+)
+
+
+def _silent_triggers(minute: str) -> list[tuple[str, str, str, str | None, list[str]]]:
+    return [
+        ("instances_silent_insert", "INSERT", "instances", None, _silent_steps(minute, "NEW", "1")),
+        (
+            "instances_silent_update",
+            "UPDATE",
+            "instances",
+            _SILENT_CHANGED,
+            _silent_steps(minute, "OLD", "-1") + _silent_steps(minute, "NEW", "1"),
+        ),
+    ]
+
+
+def _silent_fill(minute: str) -> str:
+    at = minute.format(at=SILENT_AT)
+    version = _VERSION.format(row="instances")
+    return (
+        "INSERT INTO silent_tallies (minute, provider, version, zone, n) "  # noqa: S608
+        f"SELECT {at}, provider, {version}, COALESCE(zone, ''), COUNT(*) FROM instances "
+        f"GROUP BY {at}, provider, {version}, COALESCE(zone, '')"
+    )
+
+
 #: `sqlite_store.apply`: the batch's new events and refused inputs, one statement each.
 BUMP: Final = _ADD.format(values="?, '', '', '', '', ?")
 
 
 def sqlite_ddl() -> list[str]:
-    statements = [TABLE, *INDEXES]
-    for name, event, table, when, steps in _TRIGGERS:
+    statements = [TABLE, SILENT_TABLE, *INDEXES]
+    for name, event, table, when, steps in (*_TRIGGERS, *_silent_triggers(_SQLITE_MINUTE)):
         # SQLite's null-safe `IS NOT` (its IS DISTINCT FROM needs 3.39).
         condition = f" WHEN {when.replace(' IS DISTINCT FROM ', ' IS NOT ')}" if when else ""
         body = "".join(f"{step}; " for step in steps)
@@ -125,8 +199,8 @@ def sqlite_ddl() -> list[str]:
 
 
 def postgres_ddl() -> list[str]:
-    statements = [TABLE, *INDEXES]
-    for name, event, table, when, steps in _TRIGGERS:
+    statements = [TABLE, SILENT_TABLE, *INDEXES]
+    for name, event, table, when, steps in (*_TRIGGERS, *_silent_triggers(_POSTGRES_MINUTE)):
         body = "".join(f"{step}; " for step in steps)
         condition = f" WHEN ({when})" if when else ""
         statements += [
@@ -138,7 +212,7 @@ def postgres_ddl() -> list[str]:
     return statements
 
 
-def prepare(db: Any, ddl: list[str], lock: str | None = None) -> None:
+def prepare(db: Any, ddl: list[str], lock: str | None = None, *, postgres: bool = False) -> None:
     """Create the tallies (idempotent) and fill them once from the rows, in the caller's
     transaction, which keeps writers out (SQLite's BEGIN IMMEDIATE; `lock` for PostgreSQL,
     where another replica may be ingesting)."""
@@ -149,8 +223,10 @@ def prepare(db: Any, ddl: list[str], lock: str | None = None) -> None:
         if lock is not None:
             db.execute(lock)
         db.execute("DELETE FROM tallies")
+        db.execute("DELETE FROM silent_tallies")
         for statement in _FILL:
             db.execute(statement)
+        db.execute(_silent_fill(_POSTGRES_MINUTE if postgres else _SQLITE_MINUTE))
 
 
 def bump(db: Any, events: int, rejected: int) -> None:
@@ -179,12 +255,26 @@ def read(db: Any) -> list[tuple[str, str, str, str, str, int]] | None:
     return [(str(a), str(b), str(c), str(d), str(e), int(n)) for a, b, c, d, e, n in rows]
 
 
-def silent_by(db: Any, now: float) -> list[tuple[str, str, str, int]]:
-    """(provider, version, zone or "", count) of the instances silent at `now`."""
-    version = _VERSION.format(row="instances")
+def silent_by(db: Any, now: float, *, postgres: bool = False) -> list[tuple[str, str, str, int]]:
+    """(provider, version, zone or "", count) of the instances silent at `now`: the minutes
+    before the current one from `silent_tallies` (one row per minute and group), the current
+    minute's from the index of when each turns silent - never a pass over every instance,
+    however many are silent."""
+    minute = int(now // 60)
+    found: dict[tuple[str, str, str], int] = {}
     rows = db.execute(
-        f"SELECT provider, {version}, COALESCE(zone, ''), COUNT(*) FROM instances "  # noqa: S608
-        f"WHERE {SILENT_AT} < ? GROUP BY provider, {version}, COALESCE(zone, '')",
-        (now,),
+        "SELECT provider, version, zone, SUM(n) FROM silent_tallies WHERE minute < ? "
+        "GROUP BY provider, version, zone",
+        (minute,),
     ).fetchall()
-    return [(str(p), str(v), str(z), int(n)) for p, v, z, n in rows]
+    version = _VERSION.format(row="instances")
+    rows += db.execute(
+        f"SELECT provider, {version}, COALESCE(zone, ''), COUNT(*) FROM instances "  # noqa: S608
+        f"WHERE {SILENT_AT} >= ? AND {SILENT_AT} < ? GROUP BY provider, {version}, "
+        "COALESCE(zone, '')",
+        (minute * 60.0, now),
+    ).fetchall()
+    for p, v, z, n in rows:
+        key = (str(p), str(v), str(z))
+        found[key] = found.get(key, 0) + int(n)
+    return [(*key, n) for key, n in found.items() if n]

@@ -184,6 +184,36 @@ async def test_counts_kept_as_events_arrive_equal_a_recount(store: Store) -> Non
     ]
 
 
+async def test_silent_counts_from_the_minute_tallies_equal_a_recount_at_any_time(
+    store: Store,
+) -> None:
+    vms = [gce_vm(f"vm-{i}", zone=f"zone-{i % 3}") for i in range(9)]
+    # Heartbeats at various times and intervals, then later ones moving some VMs on.
+    await store.ingest(
+        batch(*(heartbeat(vm, at(-i * 2), interval=30.0 + 15 * i) for i, vm in enumerate(vms)))
+    )
+    await store.ingest(batch(*(heartbeat(vm, at(1), interval=60.0) for vm in vms[:4])))
+    await store.ingest(batch(transition(gce_vm("no-heartbeat"), "n-1", Status.SCHEDULED, at(0))))
+
+    def recount(db: Any, now: float) -> list[tuple[str, int]]:
+        rows = db.execute(
+            "SELECT zone, COUNT(*) FROM instances WHERE last_heartbeat IS NULL "
+            "OR last_heartbeat + 3 * heartbeat_interval < ? GROUP BY zone ORDER BY zone",
+            (now,),
+        ).fetchall()
+        return [(str(z), int(n)) for z, n in rows]
+
+    for minutes in (-20, -3, 0, 0.5, 2, 3.9, 4.01, 7, 30, 600):
+        now = at(minutes).timestamp()
+        kept = await store.instance_counts(now)
+        by_zone: dict[str, int] = {}
+        for _p, _v, zone, _total, silent in kept:
+            if silent:
+                by_zone[zone] = by_zone.get(zone, 0) + silent
+        expected = await store._read(lambda db, now=now: recount(db, now))  # type: ignore[attr-defined]
+        assert sorted(by_zone.items()) == expected, minutes
+
+
 async def test_a_store_written_before_the_counts_is_counted_once_on_open(
     store_url: str, store: Store
 ) -> None:
