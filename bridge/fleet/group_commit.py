@@ -11,8 +11,11 @@ queued, up to `max_events` events (a batch larger than that goes alone), waiting
 `max_wait` seconds for company when only one request is queued, and hands them to
 `Store.ingest_many`, which applies them in order in ONE transaction. Every waiting request
 is answered after that transaction committed, with its own counts, so a 2xx still means
-durable; when the transaction fails, every request in it gets the same `StoreError` (the
-HTTP source answers each with 503 and Retry-After; nothing of any of them was written).
+durable; when the transaction fails because the store cannot commit (`StoreError`), every
+request in it gets that error (the HTTP source answers each with 503 and Retry-After;
+nothing of any of them was written). When it fails for what one batch holds (any other
+error: an event the store cannot hold), the group is committed again one batch at a time,
+so one bad request never fails the others; it gets its own error.
 
 While a transaction runs the next requests queue, so under load the groups grow by
 themselves; `max_wait` only matters when the store is idle (a lone request queued). The
@@ -135,23 +138,40 @@ class GroupCommit:
             group = self._take()
             try:
                 results = await self.store.ingest_many([w.batch for w in group])
-            except Exception as exc:  # every request of the group gets it
-                failure = exc if isinstance(exc, StoreError) else StoreError(str(exc))
-                if not isinstance(exc, StoreError):
-                    log.exception("group commit failed unexpectedly")
+            except StoreError as exc:  # the store cannot commit: every request gets it
                 for waiting in group:
-                    self._answer(waiting, failure)
+                    self._answer(waiting, exc)
+            except Exception as exc:  # what one batch holds: split the group
+                if len(group) == 1:
+                    self._answer(group[0], exc)
+                    continue
+                log.warning("group commit of %d batches failed, one by one: %s", len(group), exc)
+                for waiting in group:
+                    await self._alone(waiting)
             else:
                 self.transactions += 1
                 self.batches += len(group)
                 for waiting, result in zip(group, results, strict=True):
                     self._answer(waiting, result)
 
-    def _answer(self, waiting: _Waiting, outcome: IngestResult | StoreError) -> None:
+    async def _alone(self, waiting: _Waiting) -> None:
+        """Commit one batch of a group that failed for something other than the store (an
+        event it cannot hold): the others of the group commit, this one gets its own error
+        (the caller handles it as if it had committed alone)."""
+        try:
+            (result,) = await self.store.ingest_many([waiting.batch])
+        except Exception as exc:  # handed to the request that sent it
+            self._answer(waiting, exc)
+        else:
+            self.transactions += 1
+            self.batches += 1
+            self._answer(waiting, result)
+
+    def _answer(self, waiting: _Waiting, outcome: IngestResult | Exception) -> None:
         self.queued -= waiting.size
         if waiting.answer.done():  # the request went away (client closed): nothing to say
             return
-        if isinstance(outcome, StoreError):
+        if isinstance(outcome, Exception):
             waiting.answer.set_exception(outcome)
         else:
             waiting.answer.set_result(outcome)

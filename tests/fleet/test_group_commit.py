@@ -14,10 +14,11 @@ import httpx
 import pytest
 
 from bridge.fleet.config import parse_fleet_config
+from bridge.fleet.group_commit import GroupCommit
 from bridge.fleet.service import FleetService, build_store
 from bridge.fleet.store import Batch, EventQuery, IngestResult, Store, StoreError
 from bridge.pipeline.model import Status
-from tests.fleet.factories import T0, gce_vm, transition
+from tests.fleet.factories import T0, batch, gce_vm, transition
 from tests.support import eventually
 
 pytest_plugins = ["tests.fleet.postgres_server"]
@@ -171,3 +172,38 @@ async def test_a_batch_larger_than_a_group_is_committed_alone(
         assert answer.status_code == 200
         assert answer.json()["accepted"] == 25
         assert gated.groups == [1]
+
+
+class Picky(Gated):
+    """Refuses (ValueError, as a store refuses an event it cannot hold) any transaction
+    holding the notice `poison`; the real store commits the rest."""
+
+    poison = "ev-3"
+
+    async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+        self.groups.append(len(batches))
+        notices = [getattr(a.event.data, "notice_id", None) for b in batches for a in b.accepted]
+        if self.poison in notices:
+            raise ValueError("an event this store cannot hold")
+        return await self.store.ingest_many(batches)
+
+
+async def test_a_group_failing_for_one_batch_commits_the_others_one_by_one(
+    store_url: str,
+) -> None:
+    store = Picky(build_store(store_url))
+    await store.open()
+    try:
+        group = GroupCommit(store, max_wait=0.05)
+        outcomes = await asyncio.gather(
+            *(group.commit(batch(body)) for body in posts(6)), return_exceptions=True
+        )
+        await group.close()
+        refused = [o for o in outcomes if isinstance(o, Exception)]
+        assert len(refused) == 1
+        assert isinstance(refused[0], ValueError)  # its own error, not the store's outage
+        assert sum(1 for o in outcomes if isinstance(o, IngestResult) and o.accepted == 1) == 5
+        assert (await store.counts())["events"] == 5
+        assert store.groups[0] == 6  # one group first, then one by one
+    finally:
+        await store.close()
