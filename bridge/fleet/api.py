@@ -5,8 +5,9 @@
 - `GET /v1/fleet/upcoming?within=24h`: scheduled notices starting within the horizon,
   soonest first (`within`: seconds or `90m`, `24h`, `7d`; default 24h); scheduled ones with
   no known time are listed apart under `time_unknown`.
-- `GET /v1/fleet/instances`: every instance, `reporting` or `silent`, with its notices in
-  force; `GET /v1/fleet/instances/{name or source}` one of them (404 when unknown).
+- `GET /v1/fleet/instances`: instances by name, `reporting` or `silent`, with the ids of
+  their notices in force (filters `state`, `provider`, `zone`, `q`);
+  `GET /v1/fleet/instances/{name or source}` one of them (404 when unknown).
 - `GET /v1/fleet/eligible?instance=a&instance=b&horizon=3600`: each candidate eligible or
   not and why, `preferred` the first eligible one in the order given; 200 when one is, 503
   when none is (so `curl -f` fails) - see docs/fleet.md for etcd, Consul and Lease recipes.
@@ -15,10 +16,15 @@
 - `GET /v1/fleet/events?instance=&type=&since=&until=&cursor=&limit=`: the audit log as a
   CloudEvents batch (`application/cloudevents-batch+json`), the exact bytes received; the
   next page's cursor is in `Fleet-Next-Cursor` and a `Link: <...>; rel="next"` header.
-- `GET /v1/fleet/rejected`: the latest refused inputs and why.
+- `GET /v1/fleet/rejected`: the refused inputs and why, newest first.
 - `GET /v1/openapi.json`: the OpenAPI 3.1 document of all this (`bridge/fleet/openapi.json`).
 - `/metrics`, `/healthz` (the process answers), `/readyz` (the store answers and commits,
   no ingest failed to commit in the last minute, and every source consumes).
+
+The lists (notices, upcoming, instances, rejected) are keyset-paged (`bridge.fleet.paging`):
+`limit` rows (default 100, at most `[fleet.api] page_size`) and `next`, the cursor to pass
+back as `cursor` (also `Fleet-Next-Cursor` and `Link: rel="next"`). `/v1` promises are in
+docs/fleet.md ("What `/v1` promises"): a `next` cursor and new fields are additive.
 
 Bad query values are 400 naming the parameter.
 """
@@ -42,8 +48,9 @@ from bridge.contract import from_cloudevent, rfc3339
 from bridge.fleet import metrics, rollout, state
 from bridge.fleet.config import FleetApi
 from bridge.fleet.metrics import IngestStats
+from bridge.fleet.paging import DEFAULT_PAGE_SIZE, BadCursor
 from bridge.fleet.sources.base import Source
-from bridge.fleet.store import EventQuery, NoticeFilter, Store, StoreError
+from bridge.fleet.store import EventQuery, InstanceQuery, NoticeFilter, Store, StoreError
 from bridge.infra.timeparse import TimeParseError, parse_time
 
 BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
@@ -141,14 +148,16 @@ def _start(notice: dict[str, Any]) -> float | None:
 
 async def fleet_summary(store: Store) -> dict[str, Any]:
     """Instances by state, provider and version, notices in force by provider, zone, kind
-    and status, the store's row counts (`/v1/fleet/summary` and `fleet status`)."""
+    and status, the store's row counts (`/v1/fleet/summary` and `fleet status`): all from the
+    counts the store keeps as events arrive (`bridge.fleet.tallies`), never a recount."""
     now = time.time()
     states: Counter[str] = Counter({"reporting": 0, "silent": 0})
     providers: Counter[str] = Counter()
-    instances = await store.instances()
-    for instance in instances:
-        states[state.instance_state(instance, now)[0]] += 1
-        providers[instance["provider"]] += 1
+    rows = await store.instance_counts(now)
+    for provider, _version, _zone, total, silent in rows:
+        states["reporting"] += total - silent
+        states["silent"] += silent
+        providers[provider] += total
     by: dict[str, Counter[str]] = {k: Counter() for k in ("provider", "zone", "kind", "status")}
     total = 0
     for provider, zone, kind, status, count in await store.notice_counts():
@@ -165,7 +174,7 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
             "total": sum(states.values()),
             **states,
             "by_provider": dict(providers),
-            "by_version": rollout.by_version(instances, now),
+            "by_version": rollout.by_version_counts(rows),
         },
         "notices_in_force": {"total": total, **{f"by_{k}": dict(v) for k, v in by.items()}},
         "store": await store.counts(),
@@ -234,13 +243,39 @@ class FleetApiRoutes:
         """Bad queries are 400, an unreachable store 503; never a traceback to the client."""
         try:
             response: web.StreamResponse = await handler(request)
-        except BadQuery as exc:
+        except (BadQuery, BadCursor) as exc:
             return _json({"error": str(exc)}, status=400)
         except StoreError as exc:
             return _json({"error": f"fleet store: {exc}"}, status=503)
         return response
 
     # -- notices ----------------------------------------------------------------------------
+
+    def _page(self, request: web.Request) -> tuple[str | None, int]:
+        """The `cursor` and `limit` of a paged list (`bridge.fleet.paging`)."""
+        cursor = request.query.get("cursor") or None
+        text = request.query.get("limit")
+        if text is None:
+            return cursor, min(DEFAULT_PAGE_SIZE, self.settings.page_size)
+        try:
+            limit = int(text)
+        except ValueError:
+            raise BadQuery("limit: expected an integer") from None
+        if not 1 <= limit <= self.settings.page_size:
+            raise BadQuery(f"limit: must be 1..{self.settings.page_size}")
+        return cursor, limit
+
+    @staticmethod
+    def _paged(request: web.Request, body: dict[str, Any], following: str | None) -> web.Response:
+        """A page's answer: `next` in the body (null on the last page), and, as for the audit
+        log, `Fleet-Next-Cursor` and a `Link: <...>; rel="next"` header."""
+        body["next"] = following
+        response = _json(body)
+        if following is not None:
+            url = request.rel_url.update_query(cursor=following)
+            response.headers["Fleet-Next-Cursor"] = following
+            response.headers["Link"] = f'<{url}>; rel="next"'
+        return response
 
     async def notices(self, request: web.Request) -> web.Response:
         query = request.query
@@ -251,46 +286,60 @@ class FleetApiRoutes:
             status=choice(query, "status", STATUSES),
             instance=query.get("instance"),
         )
-        found = await self.store.notices(where)
-        return _json({"count": len(found), "notices": found})
+        cursor, limit = self._page(request)
+        page = await self.store.notice_page(where, cursor=cursor, limit=limit)
+        return self._paged(request, {"count": len(page.rows), "notices": page.rows}, page.next)
 
     async def upcoming(self, request: web.Request) -> web.Response:
+        """Scheduled notices starting within the horizon, soonest first, paged; the first
+        page also lists (up to a page of) those whose start is unknown."""
         within = duration("within", request.query.get("within", "24h"))
+        cursor, limit = self._page(request)
         now = time.time()
-        timed: list[tuple[float, dict[str, Any]]] = []
-        unknown: list[dict[str, Any]] = []
-        for notice in await self.store.notices(NoticeFilter(status="scheduled")):
-            start = _start(notice)
-            if start is None:
-                unknown.append(notice)
-            elif start <= now + within:
-                notice["seconds_until"] = round(start - now, 1)
-                timed.append((start, notice))
-        timed.sort(key=lambda pair: pair[0])
-        return _json(
-            {
-                "within_seconds": within,
-                "count": len(timed),
-                "notices": [n for _, n in timed],
-                "time_unknown": unknown,
-            }
+        scheduled = NoticeFilter(status="scheduled")
+        page = await self.store.notice_page(
+            scheduled, cursor=cursor, limit=limit, starts=now + within
         )
+        for notice in page.rows:
+            start = _start(notice)
+            notice["seconds_until"] = None if start is None else round(start - now, 1)
+        unknown = []
+        if cursor is None:
+            unknown = (
+                await self.store.notice_page(scheduled, cursor=None, limit=limit, starts="unknown")
+            ).rows
+        body = {
+            "within_seconds": within,
+            "count": len(page.rows),
+            "notices": page.rows,
+            "time_unknown": unknown,
+        }
+        return self._paged(request, body, page.next)
 
     # -- instances --------------------------------------------------------------------------
 
     async def instances(self, request: web.Request) -> web.Response:
+        query = request.query
+        wanted = choice(query, "state", STATES)
+        cursor, limit = self._page(request)
         now = time.time()
-        in_force: dict[str, list[str]] = {}
-        for notice in await self.store.notices(NoticeFilter()):
-            in_force.setdefault(notice["source"], []).append(notice["notice_id"])
-        wanted = choice(request.query, "state", STATES)
+        page = await self.store.instance_page(
+            InstanceQuery(
+                state=wanted,
+                provider=choice(query, "provider", PROVIDERS),
+                zone=query.get("zone"),
+                search=query.get("q") or None,
+                cursor=cursor,
+                limit=limit,
+                now=now,
+            )
+        )
         result = []
-        for instance in await self.store.instances():
+        for instance in page.rows:
             current, why = state.instance_state(instance, now)
-            if wanted and current != wanted:
-                continue
-            result.append(_instance_entry(instance, current, why, in_force))
-        return _json({"count": len(result), "instances": result})
+            notices = {instance["source"]: instance.pop("notices")}
+            result.append(_instance_entry(instance, current, why, notices))
+        return self._paged(request, {"count": len(result), "instances": result}, page.next)
 
     async def instance(self, request: web.Request) -> web.Response:
         """One instance by name or source (of two VMs of one name, the one heard from last);
@@ -352,9 +401,10 @@ class FleetApiRoutes:
             headers["Link"] = f'<{following}>; rel="next"'
         return web.Response(body=body, content_type=BATCH_CONTENT_TYPE, headers=headers)
 
-    async def rejected(self, _request: web.Request) -> web.Response:
-        found = await self.store.rejected()
-        return _json({"count": len(found), "rejected": found})
+    async def rejected(self, request: web.Request) -> web.Response:
+        cursor, limit = self._page(request)
+        page = await self.store.rejected_page(cursor=cursor, limit=limit)
+        return self._paged(request, {"count": len(page.rows), "rejected": page.rows}, page.next)
 
     # -- operations -------------------------------------------------------------------------
 

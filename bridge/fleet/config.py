@@ -185,14 +185,29 @@ SOURCE_TYPES: Final[dict[str, type[msgspec.Struct]]] = {
 class FleetApi(_Table, frozen=True, kw_only=True):
     #: Seconds; maintenance sooner than this makes an instance not eligible (as the sidecar).
     eligible_horizon: Annotated[float, msgspec.Meta(ge=0)] = 3600.0
-    #: Events per page of /v1/fleet/events, at most.
+    #: Rows per page of /v1/fleet/events (also its default) and of every other list, at most
+    #: (their default is `bridge.fleet.paging.DEFAULT_PAGE_SIZE`, 100).
     page_size: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
+
+
+class FleetIngest(_Table, frozen=True, kw_only=True):
+    """`[fleet.ingest]`: group commit of the http source's posts (`bridge.fleet.group_commit`).
+
+    Events of concurrent posts share one transaction of at most `group_events` events,
+    waiting at most `group_wait` seconds for company when the store is idle; at most
+    `max_queued` events wait for the store, past that a post is 503 with Retry-After.
+    """
+
+    group_events: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
+    group_wait: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.002
+    max_queued: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 20_000
 
 
 class FleetConfig(_Table, frozen=True, kw_only=True):
     listener: FleetListener = FleetListener()
     store: FleetStore = FleetStore()
     api: FleetApi = FleetApi()
+    ingest: FleetIngest = FleetIngest()
     auth: FleetAuth = FleetAuth()
     identity: IdentityConfig | None = None
     sources: tuple[Any, ...] = ()

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from bridge.fleet.state import instance_state
 from bridge.fleet.store import IngestResult, Store, StoreError
 from bridge.infra.prometheus import Exposition, Histogram
 
@@ -51,6 +50,8 @@ class IngestStats:
     #: unattested, refused_credential, refused_binding) and enrollments by outcome.
     identity: Counter[tuple[str, str]] = field(default_factory=Counter)
     enrollments: Counter[str] = field(default_factory=Counter)
+    #: Requests answered 503 because the ingest queue was full, by source (back-pressure).
+    overloaded: Counter[str] = field(default_factory=Counter)
 
     def record(self, source: str, result: IngestResult) -> None:
         self.commit_failure = None
@@ -125,6 +126,12 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[_Source]) -
         "Requests answered 429 because their address failed too many credentials.",
         [({}, stats.auth.throttled)],
     )
+    out.add(
+        "fleet_ingest_overloaded_total",
+        "counter",
+        "Posts answered 503 with Retry-After because the ingest queue was full.",
+        (({"source": source}, stats.overloaded[source]) for source in names),
+    )
     if stats.identity or stats.enrollments:
         out.add(
             "fleet_identity_events_total",
@@ -145,7 +152,7 @@ async def _store_figures(out: Exposition, store: Store) -> None:
     """The figures read from the store at scrape time (right on every replica); all read
     before any is added, so a store failing midway adds none of them."""
     notices = await store.notice_counts()
-    instances = await store.instances()
+    instances = await store.instance_counts(time.time())  # kept counts, no pass over rows
     counts: dict[str, Any] = await store.counts()
     out.add(
         "fleet_notices_in_force",
@@ -156,10 +163,10 @@ async def _store_figures(out: Exposition, store: Store) -> None:
             for p, z, k, s, n in notices
         ),
     )
-    now = time.time()
     states: Counter[str] = Counter({"reporting": 0, "silent": 0})
-    for instance in instances:
-        states[instance_state(instance, now)[0]] += 1
+    for *_group, total, silent in instances:
+        states["reporting"] += total - silent
+        states["silent"] += silent
     out.add(
         "fleet_instances",
         "gauge",

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pgerrors
 
-from bridge.fleet import sql
+from bridge.fleet import sql, tallies
 from bridge.fleet.sqlite_store import ReadQueries, apply
 from bridge.fleet.store import (
     Batch,
@@ -69,12 +69,14 @@ def redacted(url: str) -> str:
 class _Qmark:
     """A psycopg connection that takes the `?` statements of `bridge.fleet.sql` and the
     shared queries. PostgreSQL's TEXT cannot hold NUL, which only a refused (not JSON, or
-    not UTF-8) body can carry: it is stored as U+FFFD, like the other undecodable bytes."""
+    not UTF-8) body can carry: it is stored as U+FFFD, like the other undecodable bytes.
+    LIKE becomes ILIKE: the shared searches ignore case, as SQLite's LIKE does (ASCII)."""
 
     def __init__(self, connection: psycopg.Connection[Any]) -> None:
         self.connection = connection
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        statement = statement.replace(" LIKE ", " ILIKE ")
         return self.connection.execute(sql.to_pyformat(statement), _text_safe(params))
 
     def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
@@ -127,6 +129,9 @@ class PostgresStore(ReadQueries):
             db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
             for statement in sql.schema(sql.POSTGRES_SERIAL):
                 db.execute(statement)
+            for statement in sql.READ_INDEXES:
+                db.execute(statement)
+            tallies.prepare(db, tallies.postgres_ddl(), tallies.POSTGRES_FILL_LOCK, postgres=True)
 
     def _check_tables(self) -> None:
         found = self._connect("read").execute("SELECT to_regclass('events')").fetchone()
@@ -180,11 +185,15 @@ class PostgresStore(ReadQueries):
         await self._run(self._writer, "write", probe)
 
     async def ingest(self, batch: Batch) -> IngestResult:
-        def write(db: _Qmark) -> IngestResult:
+        (result,) = await self.ingest_many([batch])
+        return result
+
+    async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+        def write(db: _Qmark) -> list[IngestResult]:
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):
                 try:
                     with db.connection.transaction():
-                        return apply(db, batch)
+                        return [apply(db, batch) for batch in batches]
                 except (pgerrors.DeadlockDetected, pgerrors.SerializationFailure):
                     if attempt == CONFLICT_ATTEMPTS:
                         raise

@@ -27,7 +27,24 @@ def by_version(instances: Iterable[Mapping[str, Any]], now: float) -> dict[str, 
         row = counts.setdefault(version, {"total": 0, "reporting": 0, "silent": 0})
         row["total"] += 1
         row[instance_state(instance, now)[0]] += 1
+    return _ordered(counts)
 
+
+def by_version_counts(
+    rows: Iterable[tuple[str, str, str, int, int]],
+) -> dict[str, dict[str, int]]:
+    """`by_version` from the store's `instance_counts` rows (provider, version, zone, total,
+    silent), without reading the instances."""
+    counts: dict[str, dict[str, int]] = {}
+    for _provider, version, _zone, total, silent in rows:
+        row = counts.setdefault(version or UNKNOWN, {"total": 0, "reporting": 0, "silent": 0})
+        row["total"] += total
+        row["silent"] += silent
+        row["reporting"] += total - silent
+    return _ordered(counts)
+
+
+def _ordered(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     def order(version: str) -> tuple[bool, tuple[int, ...], str]:
         return (version == UNKNOWN, tuple(-n for n in release_of(version)), version)
 

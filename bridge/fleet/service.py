@@ -22,6 +22,7 @@ from bridge.fleet.auth import AccessGuard
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.config import FleetConfig, FleetStore, HttpSourceConfig
 from bridge.fleet.connections import ConnectionGuard, connection_cap, raise_file_limit
+from bridge.fleet.group_commit import GroupCommit
 from bridge.fleet.identity.wiring import FleetIdentity
 from bridge.fleet.ingest_log import ingest_log
 from bridge.fleet.kafka_config import KafkaSourceConfig
@@ -85,7 +86,14 @@ class FleetService:
         self.config = config
         self.store = store or build_store(config.store.url)
         self.stats = IngestStats()
-        self.ingestor = Ingestor(self.store, self.stats)
+        grouping = config.ingest
+        self.group = GroupCommit(
+            self.store,
+            max_events=grouping.group_events,
+            max_wait=grouping.group_wait,
+            max_queued=grouping.max_queued,
+        )
+        self.ingestor = Ingestor(self.store, self.stats, group=self.group)
         self.guard = AccessGuard(
             config.auth,
             loopback=config.listener.loopback,
@@ -193,6 +201,7 @@ class FleetService:
             await runner.cleanup()
             for source in reversed(started):
                 await source.stop()
+            await self.group.close()
             await self.store.close()
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -98,6 +98,18 @@ def schema(serial: str) -> list[str]:
     ]
 
 
+#: Indexes of the API's paged lists (`bridge.fleet.paging`): each list's keyset order, so a
+#: page is an index seek and `limit` rows. The notices' order is
+#: `sqlite_store.NOTICE_ORDER` written without the table alias (both planners match it).
+READ_INDEXES: Final = (
+    "CREATE INDEX IF NOT EXISTS notices_order ON notices "
+    "((COALESCE(not_before, 9e18)), time, source, notice_id) WHERE rank < 2",
+    "CREATE INDEX IF NOT EXISTS instances_order ON instances (name, source)",
+    # The page's timeline reads a week of maintenance events, not a week of heartbeats.
+    "CREATE INDEX IF NOT EXISTS events_type_time ON events (type, time)",
+)
+
+
 INSERT_EVENT: Final = (
     "INSERT INTO events (source, id, type, instance, notice_id, time, received_at, ingest, body) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, id) DO NOTHING"

@@ -27,7 +27,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from bridge import contract
-from bridge.fleet import bounds, sql
+from bridge.fleet import bounds, paging, sql, tallies
 from bridge.fleet.state import FINISHED_RANK, RANK, zone_of
 from bridge.fleet.store import (
     Accepted,
@@ -35,7 +35,9 @@ from bridge.fleet.store import (
     EventPage,
     EventQuery,
     IngestResult,
+    InstanceQuery,
     NoticeFilter,
+    StartFilter,
     StoreError,
     UnstorableError,
 )
@@ -63,12 +65,18 @@ _NOTICES: Final = (
     "n.time, n.not_before, n.event_id, n.body FROM notices n"
 )
 # Only the audit events' bodies are read (approvals, hook outcomes); not the transitions'.
-_HISTORY: Final = (
+_HISTORY_BY_KEY: Final = (
     "SELECT e.source, e.notice_id, e.type, e.id, e.time, "  # noqa: S608 (constants only)
     f"CASE WHEN e.type IN ('{contract.APPROVED}', '{contract.HOOK_COMPLETED}') "
-    "THEN e.body END, e.seq FROM events e "
-    "JOIN notices n ON e.source = n.source AND e.notice_id = n.notice_id"
+    "THEN e.body END, e.seq FROM events e"
 )
+#: Notices whose histories one statement reads (two parameters each).
+HISTORY_CHUNK: Final = 500
+#: The sort position of a notice with no known start: after every real time.
+NO_START: Final = 9e18
+#: The notices' list order, and the keyset of their cursors (`notices_order` indexes it).
+NOTICE_START: Final = "COALESCE(n.not_before, 9e18)"  # written as in the index
+NOTICE_ORDER: Final = f"{NOTICE_START}, n.time, n.source, n.notice_id"
 _INSTANCES: Final = (
     "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
     "resource_group, scale_set, resource_id, first_seen, last_seen, last_heartbeat, "
@@ -165,6 +173,7 @@ def apply(db: Any, batch: Batch) -> IngestResult:
         sql.UPSERT_CHECKPOINT,
         [(batch.ingest, part, pos, batch.received_at) for part, pos in batch.checkpoints.items()],
     )
+    tallies.bump(db, len(applied), len(batch.refused))
     return IngestResult(len(applied), len(items) - len(applied), len(batch.refused), tuple(lags))
 
 
@@ -234,27 +243,72 @@ def _where(conditions: Iterable[tuple[str, Any]]) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
+def _notice_where(
+    where: NoticeFilter, in_force: bool, starts: StartFilter = None
+) -> tuple[str, list[Any]]:
+    """The WHERE clause of a notice query (`n` is the notices table)."""
+    search = None
+    if where.search:
+        search = "%" + "".join(f"!{c}" if c in "!%_" else c for c in where.search) + "%"
+    return _where(
+        [
+            (f"n.rank < {FINISHED_RANK}", True if in_force else None),
+            ("n.provider = ?", where.provider),
+            ("n.zone = ?", where.zone),
+            ("n.kind = ?", where.kind),
+            ("n.status = ?", where.status),
+            ("(n.instance = ? OR n.source = ?)", where.instance),
+            (
+                "(n.instance LIKE ? ESCAPE '!' OR n.notice_id LIKE ? ESCAPE '!' "
+                "OR n.zone LIKE ? ESCAPE '!' OR n.source LIKE ? ESCAPE '!')",
+                search,
+            ),
+            (f"{NOTICE_START} <= ?", starts if not isinstance(starts, str) else None),
+            ("n.not_before IS NULL", True if starts == "unknown" else None),
+        ]
+    )
+
+
 class Reads:
     """The store's queries over a DB-API connection with `?` placeholders."""
 
     @staticmethod
     def notices(db: Any, where: NoticeFilter, in_force: bool) -> list[dict[str, Any]]:
-        clause, params = _where(
-            [
-                (f"n.rank < {FINISHED_RANK}", True if in_force else None),
-                ("n.provider = ?", where.provider),
-                ("n.zone = ?", where.zone),
-                ("n.kind = ?", where.kind),
-                ("n.status = ?", where.status),
-                ("(n.instance = ? OR n.source = ?)", where.instance),
-            ]
-        )
-        query = f"{_NOTICES}{clause} ORDER BY n.not_before IS NULL, n.not_before, n.time"
+        return Reads.notice_rows(db, where, in_force, None, None)[0]
+
+    @staticmethod
+    def notice_page(
+        db: Any, where: NoticeFilter, cursor: str | None, limit: int, starts: StartFilter
+    ) -> paging.Page:
+        after = paging.decode(cursor, 4) if cursor else None
+        rows, keys = Reads.notice_rows(db, where, True, after, limit + 1, starts)
+        return paging.page_of(rows, limit, lambda row: keys[id(row)])
+
+    @staticmethod
+    def notice_rows(
+        db: Any,
+        where: NoticeFilter,
+        in_force: bool,
+        after: Sequence[Any] | None,
+        limit: int | None,
+        starts: StartFilter = None,
+    ) -> tuple[list[dict[str, Any]], dict[int, tuple[Any, ...]]]:
+        """Notices in the list's order (soonest `not_before` first, unknown last) after the
+        keyset position `after`, at most `limit`; and each one's sort key (by `id`)."""
+        clause, params = _notice_where(where, in_force, starts)
+        if after is not None:
+            keyset = f"({NOTICE_ORDER}) > (?, ?, ?, ?)"
+            clause = f"{clause} AND {keyset}" if clause else f" WHERE {keyset}"
+            params.extend(after)
+        query = f"{_NOTICES}{clause} ORDER BY {NOTICE_ORDER}"
+        if limit is not None:
+            query += f" LIMIT {int(limit)}"
         rows = db.execute(query, params).fetchall()
         notices: dict[tuple[str, str], dict[str, Any]] = {}
+        keys: dict[int, tuple[Any, ...]] = {}
         for source, notice_id, provider, name, zone, kind, status, time, nb, eid, body in rows:
             window = _WINDOW.decode(body).data.window
-            notices[(source, notice_id)] = {
+            notice = notices[(source, notice_id)] = {
                 "source": source,
                 "instance": name,
                 "notice_id": notice_id,
@@ -271,13 +325,28 @@ class Reads:
                 "approvals": [],
                 "hooks": [],
             }
-        if not notices:
-            return []
+            keys[id(notice)] = (NO_START if nb is None else nb, time, source, notice_id)
+        if notices:
+            Reads._histories(db, notices)
+        return list(notices.values()), keys
+
+    @staticmethod
+    def _histories(db: Any, notices: dict[tuple[str, str], dict[str, Any]]) -> None:
+        """Each notice's transitions, approvals and hook outcomes, read by key through the
+        audit log's (source, notice_id) index, a chunk of notices per statement."""
+        history: list[tuple[Any, ...]] = []
+        wanted = list(notices)
+        for start in range(0, len(wanted), HISTORY_CHUNK):
+            chunk = wanted[start : start + HISTORY_CHUNK]
+            values = ", ".join(["(?, ?)"] * len(chunk))
+            history += db.execute(
+                f"{_HISTORY_BY_KEY} JOIN (VALUES {values}) k "
+                "ON e.source = k.column1 AND e.notice_id = k.column2",
+                [part for key in chunk for part in key],
+            ).fetchall()
         # Ordered here, not in SQL: an ORDER BY on events lets the planner walk the whole
         # audit log by time instead of the few notices' histories by index.
-        history = sorted(
-            db.execute(f"{_HISTORY}{clause}", params).fetchall(), key=lambda r: (r[4], r[6])
-        )
+        history.sort(key=lambda r: (r[4], r[6]))
         for source, notice_id, type_, event_id, time, body, _seq in history:
             notice = notices.get((source, notice_id))
             if notice is None:
@@ -299,7 +368,6 @@ class Reads:
                     entry.pop(key, None)
                 kind = "approvals" if type_ == contract.APPROVED else "hooks"
                 notice[kind].append(entry)
-        return list(notices.values())
 
     @staticmethod
     def instances(db: Any, keys: Sequence[str] | None) -> list[dict[str, Any]]:
@@ -312,6 +380,10 @@ class Reads:
                 "ORDER BY name, source",
                 [*keys, *keys],
             )
+        return Reads._instance_rows(cursor)
+
+    @staticmethod
+    def _instance_rows(cursor: Any) -> list[dict[str, Any]]:
         names = [column[0] for column in cursor.description]
         result = []
         for row in cursor.fetchall():
@@ -320,6 +392,80 @@ class Reads:
                 item["watcher_healthy"] = bool(item["watcher_healthy"])
             result.append(item)
         return result
+
+    @staticmethod
+    def instance_page(db: Any, query: InstanceQuery) -> paging.Page:
+        silent_at = tallies.SILENT_AT
+        conditions: list[tuple[str, Any]] = [
+            ("provider = ?", query.provider),
+            ("zone = ?", query.zone),
+            (f"{silent_at} < ?", query.now if query.state == "silent" else None),
+            (f"{silent_at} >= ?", query.now if query.state == "reporting" else None),
+        ]
+        if query.search:
+            # A part of the name (SQLite's LIKE ignores ASCII case; PostgreSQL's adapter
+            # makes it ILIKE) or the exact source: a scan of the names, never of the sources.
+            escaped = "".join(f"!{c}" if c in "!%_" else c for c in query.search)
+            conditions.append(("(name LIKE ? ESCAPE '!' OR source = ?)", True))
+        clause, params = _where(conditions)
+        if query.search:
+            params[-2:] = [f"%{escaped}%", query.search]
+        if query.cursor:
+            keyset = "(name, source) > (?, ?)"
+            clause = f"{clause} AND {keyset}" if clause else f" WHERE {keyset}"
+            params.extend(paging.decode(query.cursor, 2))
+        cursor = db.execute(
+            f"{_INSTANCES}{clause} ORDER BY name, source LIMIT ?", [*params, query.limit + 1]
+        )
+        rows = Reads._instance_rows(cursor)
+        page = paging.page_of(rows, query.limit, lambda row: (row["name"], row["source"]))
+        in_force = Reads.notice_ids(db, [row["source"] for row in page.rows])
+        for row in page.rows:
+            row["notices"] = in_force.get(row["source"], [])
+        return page
+
+    @staticmethod
+    def notice_ids(db: Any, sources: Sequence[str]) -> dict[str, list[str]]:
+        """The ids of the notices in force of each of `sources`, soonest first."""
+        found: dict[str, list[str]] = {}
+        for start in range(0, len(sources), HISTORY_CHUNK):
+            chunk = sources[start : start + HISTORY_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            rows = db.execute(
+                f"SELECT n.source, n.notice_id FROM notices n WHERE n.source IN ({marks}) "  # noqa: S608
+                f"AND n.rank < {FINISHED_RANK} ORDER BY {NOTICE_ORDER}",
+                list(chunk),
+            ).fetchall()
+            for source, notice_id in rows:
+                found.setdefault(str(source), []).append(str(notice_id))
+        return found
+
+    @staticmethod
+    def notice_groups(db: Any, where: NoticeFilter) -> list[tuple[str, str, str, str, int]]:
+        clause, params = _notice_where(where, True)
+        rows = db.execute(
+            "SELECT n.provider, COALESCE(n.zone, ''), n.kind, n.status, COUNT(*) "  # noqa: S608
+            f"FROM notices n{clause} GROUP BY n.provider, COALESCE(n.zone, ''), n.kind, "
+            "n.status",
+            params,
+        ).fetchall()
+        return [(str(p), str(z), str(k), str(s), int(n)) for p, z, k, s, n in rows]
+
+    @staticmethod
+    def rejected_page(db: Any, cursor: str | None, limit: int) -> paging.Page:
+        before = int(paging.decode(cursor, 1)[0]) if cursor else None
+        clause = " WHERE seq < ?" if before is not None else ""
+        params = [before] if before is not None else []
+        rows = db.execute(
+            "SELECT seq, ingest, received_at, reason, body FROM rejected"  # noqa: S608
+            f"{clause} ORDER BY seq DESC LIMIT ?",
+            [*params, limit + 1],
+        ).fetchall()
+        found = [
+            {"seq": s, "ingest": i, "received_at": _rfc3339(r), "reason": why, "body": b}
+            for s, i, r, why, b in rows
+        ]
+        return paging.page_of(found, limit, lambda row: (row["seq"],))
 
     @staticmethod
     def events(db: Any, query: EventQuery) -> EventPage:
@@ -339,6 +485,11 @@ class Reads:
         return EventPage(page, page[-1][0] if more and page else None)
 
     @staticmethod
+    def last_sequence(db: Any) -> int:
+        (last,) = db.execute("SELECT MAX(seq) FROM events").fetchone()
+        return int(last or 0)
+
+    @staticmethod
     def rejected(db: Any, limit: int) -> list[dict[str, Any]]:
         rows = db.execute(
             "SELECT seq, ingest, received_at, reason, body FROM rejected ORDER BY seq DESC LIMIT ?",
@@ -351,6 +502,11 @@ class Reads:
 
     @staticmethod
     def notice_counts(db: Any) -> list[tuple[str, str | None, str, str, int]]:
+        kept = tallies.read(db)
+        if kept is not None:
+            return sorted(
+                (p, z or None, k, s, n) for kind, p, z, k, s, n in kept if kind == "in_force"
+            )
         rows = db.execute(
             "SELECT provider, zone, kind, status, COUNT(*) FROM notices WHERE rank < 2 "
             "GROUP BY provider, zone, kind, status ORDER BY provider, zone, kind, status"
@@ -358,7 +514,32 @@ class Reads:
         return [(str(p), z, str(k), str(s), int(n)) for p, z, k, s, n in rows]
 
     @staticmethod
+    def instance_counts(db: Any, now: float) -> list[tuple[str, str, str, int, int]]:
+        """(provider, sidecar version, zone or "", instances, of which silent at `now`)."""
+        kept = tallies.read(db)
+        if kept is None:
+            rows = db.execute(
+                f"SELECT provider, COALESCE(agent_version, '{tallies.UNKNOWN_VERSION}'), "  # noqa: S608
+                "COALESCE(zone, ''), COUNT(*) FROM instances GROUP BY 1, 2, 3"
+            ).fetchall()
+            totals = {(str(p), str(v), str(z)): int(n) for p, v, z, n in rows}
+        else:
+            totals = {(p, v, z): n for kind, p, v, z, _, n in kept if kind == "instances"}
+        silent = {(p, v, z): n for p, v, z, n in tallies.silent_by(db, now)}
+        return sorted((*key, n, silent.get(key, 0)) for key, n in totals.items())
+
+    @staticmethod
     def counts(db: Any) -> dict[str, int]:
+        kept = tallies.read(db)
+        if kept is not None:
+            found = dict.fromkeys(("events", "instances", "notices", "rejected"), 0)
+            found["notices_in_force"] = 0
+            for kind, *_keys, n in kept:
+                if kind == "in_force":
+                    found["notices_in_force"] += n
+                elif kind in found:
+                    found[kind] += n
+            return found
         counts = {}
         for name, query in (
             ("events", "SELECT COUNT(*) FROM events"),
@@ -398,6 +579,23 @@ class ReadQueries:
     async def events(self, query: EventQuery) -> EventPage:
         return await self._read(lambda db: Reads.events(db, query))
 
+    async def last_sequence(self) -> int:
+        return await self._read(Reads.last_sequence)
+
+    async def instance_page(self, query: InstanceQuery) -> paging.Page:
+        return await self._read(lambda db: Reads.instance_page(db, query))
+
+    async def notice_page(
+        self, where: NoticeFilter, *, cursor: str | None, limit: int, starts: StartFilter = None
+    ) -> paging.Page:
+        return await self._read(lambda db: Reads.notice_page(db, where, cursor, limit, starts))
+
+    async def notice_groups(self, where: NoticeFilter) -> list[tuple[str, str, str, str, int]]:
+        return await self._read(lambda db: Reads.notice_groups(db, where))
+
+    async def rejected_page(self, *, cursor: str | None, limit: int) -> paging.Page:
+        return await self._read(lambda db: Reads.rejected_page(db, cursor, limit))
+
     async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
         return await self._read(lambda db: Reads.rejected(db, limit))
 
@@ -406,6 +604,9 @@ class ReadQueries:
 
     async def counts(self) -> dict[str, int]:
         return await self._read(Reads.counts)
+
+    async def instance_counts(self, now: float) -> list[tuple[str, str, str, int, int]]:
+        return await self._read(lambda db: Reads.instance_counts(db, now))
 
 
 class SqliteStore(ReadQueries):
@@ -439,6 +640,11 @@ class SqliteStore(ReadQueries):
             db.execute("PRAGMA synchronous=FULL")
             for statement in sql.schema(sql.SQLITE_SERIAL):
                 db.execute(statement)
+            for statement in sql.READ_INDEXES:
+                db.execute(statement)
+            db.execute("BEGIN IMMEDIATE")
+            tallies.prepare(db, tallies.sqlite_ddl())
+            db.execute("COMMIT")
             self._write_db = db
             self._read_db = self._connect()
         except (OSError, sqlite3.Error) as exc:
@@ -514,11 +720,15 @@ class SqliteStore(ReadQueries):
         await self._run(self._writer, probe, write=True)
 
     async def ingest(self, batch: Batch) -> IngestResult:
-        def write(db: sqlite3.Connection) -> IngestResult:
+        (result,) = await self.ingest_many([batch])
+        return result
+
+    async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+        def write(db: sqlite3.Connection) -> list[IngestResult]:
             db.execute("BEGIN IMMEDIATE")
-            result = apply(db, batch)
+            results = [apply(db, batch) for batch in batches]
             db.execute("COMMIT")
-            return result
+            return results
 
         return await self._run(self._writer, write, write=True)
 

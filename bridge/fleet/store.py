@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from bridge import contract
+from bridge.fleet.paging import Page
 
 T = TypeVar("T")
 
@@ -98,13 +99,30 @@ class IngestResult:
 
 @dataclass(frozen=True, slots=True)
 class NoticeFilter:
-    """`/v1/fleet/notices` filters; None matches everything. `instance` is a name or source."""
+    """`/v1/fleet/notices` filters; None matches everything. `instance` is a name or source;
+    `search` a part of the instance, notice id, zone or source (the page's search box)."""
 
     provider: str | None = None
     zone: str | None = None
     kind: str | None = None
     status: str | None = None
     instance: str | None = None
+    search: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceQuery:
+    """`/v1/fleet/instances` and the page: a page of instances by (name, source) after
+    `cursor` (`bridge.fleet.paging`). `state` is `reporting` or `silent` at `now`; `search`
+    matches a part of the name or source, case-insensitively (ASCII)."""
+
+    state: str | None = None
+    provider: str | None = None
+    zone: str | None = None
+    search: str | None = None
+    cursor: str | None = None
+    limit: int = 500
+    now: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +150,10 @@ class EventPage:
     next_cursor: int | None
 
 
+#: `notice_page`'s start filter: a time (start at most then), "unknown", or None (any).
+StartFilter = float | Literal["unknown"] | None
+
+
 class Store(Protocol):
     """The fleet state (see the module docstring for the rules)."""
 
@@ -146,6 +168,10 @@ class Store(Protocol):
     async def ingest(self, batch: Batch) -> IngestResult:
         """Commit `batch` in one transaction (see the module docstring)."""
 
+    async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+        """Commit `batches` in ONE transaction, applied in order as `ingest` would apply each
+        (group commit, `bridge.fleet.group_commit`): all or none, a result per batch."""
+
     async def checkpoints(self, ingest: str) -> dict[str, str]:
         """The positions `ingest` committed, by partition (empty when it never ran)."""
 
@@ -158,7 +184,28 @@ class Store(Protocol):
         """Every instance ever seen (or those whose name or source is in `keys`) with its
         identity, first/last seen and last heartbeat."""
 
+    async def instance_page(self, query: InstanceQuery) -> Page:
+        """A page of instances (keyset, `bridge.fleet.paging`), each with `notices`: the ids
+        of its notices in force."""
+
+    async def notice_page(
+        self, where: NoticeFilter, *, cursor: str | None, limit: int, starts: StartFilter = None
+    ) -> Page:
+        """A page of the notices in force in their order (soonest start first), keyset-paged;
+        `starts` keeps those starting by a time (Unix seconds) or, "unknown", those with no
+        known start (`upcoming`)."""
+
+    async def notice_groups(self, where: NoticeFilter) -> list[tuple[str, str, str, str, int]]:
+        """(provider, zone or "", kind, status, count) of the notices in force `where` selects
+        (the page's headline, its table by zone and kind)."""
+
+    async def rejected_page(self, *, cursor: str | None, limit: int) -> Page:
+        """A page of the refused inputs, newest first."""
+
     async def events(self, query: EventQuery) -> EventPage: ...
+
+    async def last_sequence(self) -> int:
+        """The audit log's last sequence number, 0 when it is empty (an index lookup)."""
 
     async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
         """The latest refused inputs (newest first) with their reasons."""
@@ -167,7 +214,13 @@ class Store(Protocol):
         """(provider, zone, kind, status, count) of the notices in force (summary, metrics)."""
 
     async def counts(self) -> dict[str, int]:
-        """Row counts: events, instances, notices, notices_in_force, rejected."""
+        """Row counts: events, instances, notices, notices_in_force, rejected (kept as
+        events arrive, `bridge.fleet.tallies`: no recount per call)."""
+
+    async def instance_counts(self, now: float) -> list[tuple[str, str, str, int, int]]:
+        """(provider, sidecar version, zone or "", instances, of which silent at `now`), from
+        the tallies and the index of when each instance turns silent (never a pass over every
+        row)."""
 
     async def transaction(self, fn: Callable[[Any], T]) -> T:
         """`fn(db)` in one write transaction, `db.execute(sql, params)` taking the `?` SQL

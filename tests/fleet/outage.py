@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from bridge.fleet.sqlite_store import SqliteStore
 from bridge.fleet.store import Batch, IngestResult, StoreError
 
@@ -13,8 +15,8 @@ class FailingStore(SqliteStore):
     failing = True
     attempts = 0
 
-    async def ingest(self, batch: Batch) -> IngestResult:
+    async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
         self.attempts += 1
         if self.failing:
             raise StoreError("simulated outage of the fleet store")
-        return await super().ingest(batch)
+        return await super().ingest_many(batches)

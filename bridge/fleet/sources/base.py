@@ -38,6 +38,7 @@ from typing import Protocol
 
 from bridge import contract
 from bridge.fleet import bounds
+from bridge.fleet.group_commit import GroupCommit, Overloaded
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.store import Accepted, Batch, IngestResult, Refused, Store, StoreError
 
@@ -81,11 +82,17 @@ class Ingestor:
     """Commits what sources receive (see the module docstring); one per service."""
 
     def __init__(
-        self, store: Store, stats: IngestStats, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        stats: IngestStats,
+        clock: Callable[[], float] = time.time,
+        group: GroupCommit | None = None,
     ) -> None:
         self.store = store
         self.stats = stats
         self._clock = clock
+        #: Where `commit(grouped=True)` goes: many requests' batches in one transaction.
+        self.group = group or GroupCommit(store)
 
     async def commit(
         self,
@@ -93,7 +100,11 @@ class Ingestor:
         accepted: Sequence[Accepted],
         refused: Sequence[Refused] = (),
         checkpoints: Mapping[str, str] | None = None,
+        *,
+        grouped: bool = False,
     ) -> IngestResult:
+        """Commit and count; `grouped` (the http source's posts) shares a transaction with
+        other requests' batches (`bridge.fleet.group_commit`) and may raise `Overloaded`."""
         batch = Batch(
             ingest=source,
             received_at=self._clock(),
@@ -103,8 +114,8 @@ class Ingestor:
         )
         try:
             try:
-                result = await self.store.ingest(batch)
-            except StoreError:
+                result = await (self.group.commit(batch) if grouped else self.store.ingest(batch))
+            except (StoreError, Overloaded):
                 raise
             except Exception as exc:  # one event the store cannot hold must not stall the rest
                 log.error(

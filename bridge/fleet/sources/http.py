@@ -26,7 +26,11 @@ A small fleet needs no bus: point each sidecar's webhook sink at the fleet servi
   event and its reason otherwise. The valid events of a partly refused batch are committed
   (they are safe to keep; the rest are in the rejected table), so the sink's later replay
   of the batch doubles nothing.
-- The store failing: 503 with Retry-After, and the sink retries.
+- The commit is grouped with other requests' (`bridge.fleet.group_commit`): many posts, one
+  transaction, each answered after it committed. More than `[fleet.ingest] max_queued`
+  events waiting for the store: 503 with Retry-After, at once (back-pressure in a burst).
+- The store failing: 503 with Retry-After, and the sink retries (every request of the
+  failed transaction).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from bridge.fleet import bounds
 from bridge.fleet.auth import AccessGuard, Refusal, bearer, too_many, unauthorized
 from bridge.fleet.auth_config import FleetAuth
 from bridge.fleet.config import HttpSourceConfig
+from bridge.fleet.group_commit import Overloaded
 from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.identity.screen import screen
 from bridge.fleet.sources.base import Ingestor, SourceHealth, classify
@@ -349,7 +354,16 @@ class HttpSource:
         status: int = 400,
     ) -> web.Response:
         try:
-            result = await ingestor.commit(self.name, accepted, [r for _, r in refused])
+            result = await ingestor.commit(
+                self.name, accepted, [r for _, r in refused], grouped=True
+            )
+        except Overloaded as exc:
+            ingestor.stats.overloaded[self.name] += 1
+            return web.json_response(
+                {"error": str(exc)},
+                status=503,
+                headers={"Retry-After": str(exc.retry_after)},
+            )
         except StoreError as exc:
             log.error("POST %s: cannot commit: %s", PATH, exc)
             return web.json_response(

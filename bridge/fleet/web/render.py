@@ -16,8 +16,9 @@ from functools import cache
 from importlib.resources import files
 from string import Template
 from typing import Any, Final
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+from bridge.fleet import rollout
 from bridge.fleet.state import IN_FORCE, SILENT_AFTER_INTERVALS, instance_state
 from bridge.fleet.web import views
 from bridge.fleet.web.views import Bar, Filters, Headline
@@ -30,6 +31,8 @@ ROW_HEIGHT: Final = 22
 END: Final = ' text-anchor="end"'
 #: A zone's drill-down draws at most this many instances.
 MAX_TIMELINE_ROWS: Final = 200
+#: Rows of the instances-by-zone table, at most (those with silent instances first).
+MAX_ZONE_ROWS: Final = 100
 
 
 def escape(value: object) -> str:
@@ -119,6 +122,7 @@ def filters_form(filters: Filters, options: Mapping[str, Sequence[str]]) -> str:
         f"{select('provider', 'Provider', filters.provider)}"
         f"{select('zone', 'Zone', filters.zone)}"
         f"{select('kind', 'Kind', filters.kind)}"
+        f"{select('status', 'Status', filters.status)}"
         '<label for="f-q">Text</label>'
         f'<input id="f-q" name="q" type="search" value="{escape(filters.text)}" '
         'placeholder="instance, notice, zone">'
@@ -147,8 +151,13 @@ def headline(head: Headline, now: float) -> str:
 
 
 def notices_table(
-    table_id: str, caption: str, notices: Sequence[dict[str, Any]], now: float
+    table_id: str,
+    caption: str,
+    notices: Sequence[dict[str, Any]],
+    now: float,
+    total: int | None = None,
 ) -> str:
+    """A table of notices; `total` is how many there are in all when this is one page."""
     if not notices:
         return f'<p class="empty" id="{table_id}-empty">{escape(caption)}: none.</p>'
     rows = []
@@ -177,7 +186,7 @@ def notices_table(
         )
     return (
         f'<div class="scroll"><table id="{table_id}" class="cards"><caption>{escape(caption)} '
-        f"({len(notices)})</caption><thead><tr>"
+        f"({len(notices) if total is None else total})</caption><thead><tr>"
         '<th scope="col">Starts</th><th scope="col">Status</th><th scope="col">Kind</th>'
         '<th scope="col">Provider</th><th scope="col">Zone</th><th scope="col">Instance</th>'
         '<th scope="col">Origin</th><th scope="col">Sidecar did</th>'
@@ -185,8 +194,8 @@ def notices_table(
     )
 
 
-def where_table(notices: Iterable[Mapping[str, Any]], filters: Filters) -> str:
-    zones, kinds, cells = views.where(notices)
+def where_table(groups: Iterable[tuple[str, str, str, str, int]], filters: Filters) -> str:
+    zones, kinds, cells = views.cells_of(groups)
     if not zones:
         return '<p class="empty">No notice in force.</p>'
     head = "".join(f'<th scope="col">{escape(kind)}</th>' for kind in kinds)
@@ -320,6 +329,15 @@ def _row_shapes(items: Sequence[Bar], top: int, x: Callable[[float], float]) -> 
     return shapes
 
 
+def pager(filters: Filters, key: str, cursor: str | None) -> str:
+    """The link to the next page of a list (`key` is its cursor's name in the URL)."""
+    if cursor is None:
+        return ""
+    query = filters.query()
+    href = f"/{query}{'&' if query else '?'}{urlencode({key: cursor})}"
+    return f'<p class="more"><a rel="next" id="{key}-next" href="{escape(href)}">Next page</a></p>'
+
+
 def dashboard(
     head: Headline,
     in_force: Sequence[dict[str, Any]],
@@ -328,13 +346,19 @@ def dashboard(
     bars: Sequence[Bar],
     filters: Filters,
     now: float,
+    groups: Sequence[tuple[str, str, str, str, int]],
+    following: str | None = None,
 ) -> str:
+    """The page's sections; `in_force` is one page of the notices in force (`following`:
+    the next page's cursor), `groups` the store's counts of all of them."""
     row_unit = "instance" if filters.zone else "zone"
+    total = sum(group[4] for group in groups)
     return "".join(
         [
             headline(head, now),
             '<section aria-labelledby="h-now"><h2 id="h-now">Now: notices in force</h2>',
-            notices_table("now", "Notices in force, soonest first", in_force, now),
+            notices_table("now", "Notices in force, soonest first", in_force, now, total),
+            pager(filters, "cursor", following),
             "</section>",
             '<section aria-labelledby="h-coming"><h2 id="h-coming">Coming</h2>',
             notices_table("coming-24h", "Scheduled within 24 h", day, now),
@@ -348,10 +372,81 @@ def dashboard(
             "<span>▲</span> started <span>●</span> completed</p>",
             "</section>",
             '<section aria-labelledby="h-where"><h2 id="h-where">Where</h2>',
-            where_table(in_force, filters),
+            where_table(groups, filters),
             "</section>",
         ]
     )
+
+
+def instances_found(
+    rows: Sequence[Mapping[str, Any]], following: str | None, filters: Filters, now: float
+) -> str:
+    """The instances whose name holds the search text (or whose source it is), a page."""
+    if not rows:
+        return (
+            '<section aria-labelledby="h-found"><h2 id="h-found">Instances found</h2>'
+            f'<p class="empty" id="found-empty">No instance matches {escape(filters.text)}.'
+            "</p></section>"
+        )
+    body = "".join(
+        f'<tr><th scope="row">{instance_link(row["name"])}</th>'
+        f"<td>{escape(row['provider'])}</td><td>{escape(row.get('zone') or '')}</td>"
+        f"<td>{instance_state(row, now)[0]}</td>"
+        f"<td>{escape(row.get('agent_version') or rollout.UNKNOWN)}</td>"
+        f"<td>{len(row.get('notices') or ())}</td></tr>"
+        for row in rows
+    )
+    return (
+        '<section aria-labelledby="h-found"><h2 id="h-found">Instances found</h2>'
+        '<div class="scroll"><table id="found"><caption>Instances matching '
+        f'{escape(filters.text)}</caption><thead><tr><th scope="col">Instance</th>'
+        '<th scope="col">Provider</th><th scope="col">Zone</th><th scope="col">State</th>'
+        '<th scope="col">Version</th><th scope="col">Notices in force</th></tr></thead>'
+        f"<tbody>{body}</tbody></table></div>{pager(filters, 'icursor', following)}</section>"
+    )
+
+
+def fleet_tables(counts: Sequence[tuple[str, str, str, int, int]]) -> str:
+    """Instances by provider and by zone (reporting, silent, total), from the store's
+    counts: the shape of a fleet of any size in two small tables. Zones with silent
+    instances first; at most `MAX_ZONE_ROWS` of them."""
+    if not counts:
+        return ""
+    providers: dict[str, list[int]] = {}
+    zones: dict[str, list[int]] = {}
+    for provider, _version, zone, total, silent in counts:
+        for table, key in ((providers, provider), (zones, zone or "none")):
+            row = table.setdefault(key, [0, 0])
+            row[0] += total
+            row[1] += silent
+
+    def rows(table: dict[str, list[int]], link: Callable[[str], str]) -> str:
+        ranked = sorted(table.items(), key=lambda item: (-item[1][1], item[0]))
+        return "".join(
+            f'<tr><th scope="row">{link(key)}</th><td>{total - silent}</td>'
+            f"<td{' class=alert' if silent else ''}>{silent}</td><td>{total}</td></tr>"
+            for key, (total, silent) in ranked[:MAX_ZONE_ROWS]
+        )
+
+    head = (
+        '<thead><tr><th scope="col">{}</th><th scope="col">Reporting</th>'
+        '<th scope="col">Silent</th><th scope="col">Total</th></tr></thead>'
+    )
+    hidden = max(0, len(zones) - MAX_ZONE_ROWS)
+    more = f'<p class="more">{hidden} more zones not shown.</p>' if hidden else ""
+    return (
+        '<section aria-labelledby="h-fleet"><h2 id="h-fleet">Instances</h2>'
+        '<div class="scroll"><table id="by-provider"><caption>Instances by provider</caption>'
+        f"{head.format('Provider')}<tbody>{rows(providers, escape)}</tbody></table></div>"
+        '<div class="scroll"><table id="by-zone"><caption>Instances by zone</caption>'
+        f"{head.format('Zone')}<tbody>"
+        f"{rows(zones, _zone_link)}"
+        f"</tbody></table></div>{more}</section>"
+    )
+
+
+def _zone_link(zone: str) -> str:
+    return f'<a href="/?{escape(urlencode({"zone": zone}))}">{escape(zone)}</a>'
 
 
 def versions_table(counts: Mapping[str, Mapping[str, int]]) -> str:

@@ -1,7 +1,9 @@
 """The dashboard's routes on the fleet service's listener.
 
-- `GET /`: the fleet page (filters `provider`, `zone`, `kind`, `q` and the timeline's `zoom`
-  in the URL; an unknown zoom is 400 naming the choices, like a bad `days`).
+- `GET /`: the fleet page (filters `provider`, `zone`, `kind`, `status`, `q` and the
+  timeline's `zoom` in the URL; an unknown zoom or status is 400 naming the choices, like a
+  bad `days`). At 100,000 instances it summarizes (counts kept by the store), pages the
+  notices in force (`cursor`) and lists the instances a search `q` finds (`icursor`).
 - `GET /instances/{name}`: one instance: state, eligibility, heartbeat, its history (`days`,
   default 7).
 - `GET /dashboard/version`: a small token that changes when the store does (and once a
@@ -27,9 +29,9 @@ import msgspec
 from aiohttp import web
 
 from bridge import contract
-from bridge.fleet import rollout, state
+from bridge.fleet import paging, rollout, state
 from bridge.fleet.api import BadQuery
-from bridge.fleet.store import EventQuery, NoticeFilter, Store
+from bridge.fleet.store import EventQuery, InstanceQuery, NoticeFilter, Store
 from bridge.fleet.web import render, views
 
 #: The most events an instance's history reads (a bound on one render).
@@ -81,66 +83,121 @@ class DashboardRoutes:
             headers={"Cache-Control": "max-age=300"},
         )
 
-    async def _options(self, instances: list[dict[str, Any]]) -> dict[str, list[str]]:
-        """The filters' choices: what the store knows (notices in force, instances)."""
-        providers, zones, kinds = set(), set(), set()
-        for provider, zone, kind, _status, _count in await self.store.notice_counts():
-            providers.add(provider)
-            kinds.add(kind)
-            if zone:
-                zones.add(zone)
-        for instance in instances:
-            providers.add(instance["provider"])
-            if instance.get("zone"):
-                zones.add(instance["zone"])
-        return {"provider": sorted(providers), "zone": sorted(zones), "kind": sorted(kinds)}
+    @staticmethod
+    def _options(
+        groups: list[tuple[str, str, str, str, int]],
+        instances: list[tuple[str, str, str, int, int]],
+    ) -> dict[str, list[str]]:
+        """The filters' choices: what the store counts (notices in force, instances)."""
+        providers = {g[0] for g in groups} | {i[0] for i in instances}
+        zones = {g[1] for g in groups if g[1]} | {i[2] for i in instances if i[2]}
+        kinds = {g[2] for g in groups}
+        return {
+            "provider": sorted(providers),
+            "zone": sorted(zones),
+            "kind": sorted(kinds),
+            "status": list(state.IN_FORCE),
+        }
 
     async def _timeline(self, now: float, zoom: views.Zoom) -> views.Timeline:
-        """The kept timeline, brought up to date: the events after its cursor, or the audit
-        log of its reach when it is due for a rebuild (see `views.Timeline`)."""
+        """The kept timeline, brought up to date: the events after its cursor, or, when it is
+        due for a rebuild (see `views.Timeline`), the maintenance events of its reach, read
+        type by type through the audit log's (type, time) index - a week of a large fleet's
+        audit log is mostly heartbeats, which draw nothing."""
         async with self._lock:
             if self.timeline.stale(now, zoom.half):
                 reach = max(zoom.half, self.timeline.reach)
                 fresh = views.Timeline(built_at=now, reach=reach)
-                query = EventQuery(since=now - reach, limit=PAGE)
+                cursor = await self.store.last_sequence()
+                queries = [
+                    EventQuery(type=kind, since=now - reach, limit=PAGE)
+                    for kind in contract.MAINTENANCE_TYPES
+                ]
             else:
                 fresh = self.timeline
-                query = EventQuery(cursor=fresh.cursor, limit=PAGE)
-            while True:
-                page = await self.store.events(query)
-                for seq, _ingest, _received, body in page.rows:
-                    fresh.add(seq, body)
-                if page.next_cursor is None:
-                    break
-                query = replace(query, cursor=page.next_cursor)
+                cursor = None
+                queries = [EventQuery(cursor=fresh.cursor, limit=PAGE)]
+            for query in queries:
+                while True:
+                    page = await self.store.events(query)
+                    for seq, _ingest, _received, body in page.rows:
+                        fresh.add(seq, body)
+                    if page.next_cursor is None:
+                        break
+                    query = replace(query, cursor=page.next_cursor)
+            if cursor is not None:
+                # Later renders read on from the audit log's end as it was before the
+                # rebuild's reads (an event committed meanwhile is read twice: its mark
+                # is drawn once, on the same pixel, with "2 x" in its tooltip).
+                fresh.cursor = cursor
             self.timeline = fresh
             return fresh
 
     async def _notices(self, where: NoticeFilter) -> list[dict[str, Any]]:
-        """The store's notices with their current event decoded: the store hands it over as
-        received (`msgspec.Raw`, so the API writes it without re-encoding); the page reads it."""
-        found = await self.store.notices(where)
-        return [{**notice, "event": msgspec.json.decode(notice["event"])} for notice in found]
+        """The store's notices with their current event decoded."""
+        return self._decoded(await self.store.notices(where))
 
     async def index(self, request: web.Request) -> web.Response:
+        """The fleet at a glance, at any size: counts from the store's tallies, one page of
+        the notices in force (`?cursor=` pages on), the next week's scheduled ones, and the
+        instances a search finds - never every instance or every notice."""
         now = time.time()
         try:
             filters = views.Filters.of(request.query)
         except views.BadZoom as exc:
             raise BadQuery(str(exc)) from None
-        every = await self._notices(NoticeFilter())
-        instances = await self.store.instances()
-        shown = views.soonest_first([n for n in every if filters.matches(n)])
-        day, week = views.coming(shown, now)
-        bars = (await self._timeline(now, filters.zoom)).select(every, filters, now)
-        head = views.headline(views.instances_of(instances, filters), shown, now)
-        body = render.dashboard(head, shown, day, week, bars, filters, now)
-        body += render.versions_table(
-            rollout.by_version(views.instances_of(instances, filters), now)
+        where = filters.notice_filter()
+        page = await self.store.notice_page(
+            where, cursor=request.query.get("cursor") or None, limit=views.PAGE_ROWS
         )
-        form = render.filters_form(filters, await self._options(instances))
+        shown = views.soonest_first(self._decoded(page.rows))
+        soon: list[dict[str, Any]] = []
+        if filters.status in (None, "scheduled"):
+            ahead = await self.store.notice_page(
+                replace(where, status="scheduled"),
+                cursor=paging.encode([now, 0.0, "", ""]),  # from now on, by the index
+                limit=views.PAGE_ROWS,
+                starts=now + 7 * views.DAY,
+            )
+            soon = self._decoded(ahead.rows)
+        day, week = views.coming(soon, now)
+        groups = await self.store.notice_groups(where)
+        counts = await self.store.instance_counts(now)
+        mine = [
+            row
+            for row in counts
+            if filters.provider in (None, row[0]) and filters.zone in (None, row[2])
+        ]
+        found = None
+        if filters.text:
+            found = await self.store.instance_page(
+                InstanceQuery(
+                    provider=filters.provider,
+                    zone=filters.zone,
+                    search=filters.text,
+                    cursor=request.query.get("icursor") or None,
+                    limit=views.PAGE_ROWS,
+                    now=now,
+                )
+            )
+        head = views.headline_of(mine, groups, soon, now, found.rows if found else None)
+        bars = (await self._timeline(now, filters.zoom)).select(shown, filters, now)
+        body = render.dashboard(head, shown, day, week, bars, filters, now, groups, page.next)
+        if found is not None:
+            body += render.instances_found(found.rows, found.next, filters, now)
+        body += render.fleet_tables(mine)
+        body += render.versions_table(
+            rollout.by_version(found.rows, now) if found else rollout.by_version_counts(mine)
+        )
+        form = render.filters_form(filters, self._options(groups, counts))
         text = render.page("Maintenance fleet", body, now, await self._version(now), form)
         return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})
+
+    @staticmethod
+    def _decoded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Notices with their current event decoded: the store hands it over as received
+        (`msgspec.Raw`, so the API writes it without re-encoding); the page reads it."""
+        return [{**notice, "event": msgspec.json.decode(notice["event"])} for notice in rows]
 
     async def instance(self, request: web.Request) -> web.Response:
         now = time.time()

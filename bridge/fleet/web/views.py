@@ -16,7 +16,8 @@ from urllib.parse import urlencode
 import msgspec
 
 from bridge import contract
-from bridge.fleet.state import instance_state, zone_of
+from bridge.fleet.state import IN_FORCE, instance_state, zone_of
+from bridge.fleet.store import NoticeFilter
 from bridge.infra.timeparse import parse_time
 
 DAY: Final = 86400.0
@@ -25,6 +26,9 @@ DAY: Final = 86400.0
 DEFAULT_WINDOW: Final = 3600.0
 #: The "Now" table shows at most this many rows; the headline still counts every notice.
 MAX_ROWS: Final = 500
+#: Rows of the page's "Now" table and of its instances found, per page (a keyset cursor,
+#: `?cursor=`, pages on): a person reads a page, not 100,000 rows.
+PAGE_ROWS: Final = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,20 +106,43 @@ class Filters:
     text: str | None = None
     #: The timeline's zoom: not a filter, but kept in every link so a drill-down keeps it.
     zoom: Zoom = ZOOMS[DEFAULT_ZOOM]
+    #: A notice status (scheduled, started).
+    status: str | None = None
 
     @classmethod
     def of(cls, query: Mapping[str, str]) -> Filters:
-        """The filters of a URL query; a bad `zoom` raises `BadZoom`."""
+        """The filters of a URL query; a bad `zoom` or `status` raises `BadZoom`."""
 
         def value(key: str) -> str | None:
             return (query.get(key) or "").strip() or None
 
+        status = value("status")
+        if status is not None and status not in IN_FORCE:
+            raise BadZoom(f"status: expected one of {', '.join(IN_FORCE)}, got {status[:40]!r}")
         return cls(
-            value("provider"), value("zone"), value("kind"), value("q"), zoom_of(query.get("zoom"))
+            value("provider"),
+            value("zone"),
+            value("kind"),
+            value("q"),
+            zoom_of(query.get("zoom")),
+            status,
+        )
+
+    def notice_filter(self) -> NoticeFilter:
+        """The store's filter of these (the text as a search of instance, notice, zone and
+        source), so the store selects and pages instead of the page reading every notice."""
+        return NoticeFilter(
+            provider=self.provider,
+            zone=self.zone,
+            kind=self.kind,
+            status=self.status,
+            search=self.text,
         )
 
     def matches(self, notice: Mapping[str, Any]) -> bool:
         """Whether a notice (a `Store.notices` row) passes the filters."""
+        if self.status is not None and notice.get("status") != self.status:
+            return False
         return self.accepts(
             notice.get("provider"),
             notice.get("zone"),
@@ -152,6 +179,7 @@ class Filters:
             "provider": current.provider,
             "zone": current.zone,
             "kind": current.kind,
+            "status": current.status,
             "q": current.text,
             "zoom": None if current.zoom.name == DEFAULT_ZOOM else current.zoom.name,
         }
@@ -160,19 +188,7 @@ class Filters:
 
     @property
     def active(self) -> bool:
-        return any((self.provider, self.zone, self.kind, self.text))
-
-
-def instances_of(
-    instances: Iterable[Mapping[str, Any]], filters: Filters
-) -> list[Mapping[str, Any]]:
-    """The instances a view's filters select (the kind filter is about notices: ignored)."""
-    chosen = replace(filters, kind=None)
-    return [
-        row
-        for row in instances
-        if chosen.accepts(row["provider"], row.get("zone"), None, (row["name"], row["source"]))
-    ]
+        return any((self.provider, self.zone, self.kind, self.status, self.text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,28 +200,54 @@ class Headline:
     next_instance: str | None
 
 
-def headline(
-    instances: Iterable[Mapping[str, Any]], notices: Iterable[Mapping[str, Any]], now: float
+def headline_of(
+    counts: Iterable[tuple[str, str, str, int, int]],
+    groups: Iterable[tuple[str, str, str, str, int]],
+    soon: Iterable[Mapping[str, Any]],
+    now: float,
+    found: Iterable[Mapping[str, Any]] | None = None,
 ) -> Headline:
-    """Instances reporting / silent, notices in force by status, the next maintenance."""
-    states: Counter[str] = Counter({"reporting": 0, "silent": 0})
-    for instance in instances:
-        states[instance_state(instance, now)[0]] += 1
+    """The headline from the store's counts: instances by state (`counts`, or the instances a
+    search `found`), notices in force by status (`groups`), the next scheduled one of
+    `soon` (soonest first)."""
+    if found is not None:
+        states: Counter[str] = Counter(instance_state(row, now)[0] for row in found)
+        reporting, silent = states["reporting"], states["silent"]
+    else:
+        rows = list(counts)
+        silent = sum(row[4] for row in rows)
+        reporting = sum(row[3] for row in rows) - silent
     by_status: Counter[str] = Counter({"scheduled": 0, "started": 0})
-    upcoming: list[tuple[float, str]] = []
-    for notice in notices:
-        by_status[notice["status"]] += 1
-        start = start_of(notice)
-        if notice["status"] == "scheduled" and start is not None and start >= now:
-            upcoming.append((start, notice["instance"]))
-    first = min(upcoming, default=None)
+    for _provider, _zone, _kind, status, count in groups:
+        by_status[status] += count
+    first = next(
+        (
+            (start, notice["instance"])
+            for notice in soon
+            if (start := start_of(notice)) is not None and start >= now
+        ),
+        None,
+    )
     return Headline(
-        states["reporting"],
-        states["silent"],
+        reporting,
+        silent,
         dict(by_status),
         first[0] if first else None,
         first[1] if first else None,
     )
+
+
+def cells_of(
+    groups: Iterable[tuple[str, str, str, str, int]],
+) -> tuple[list[str], list[str], Counter[Any]]:
+    """Zones, kinds and (zone, kind) counts of the store's notice groups (`where` of the
+    notices themselves, without reading them)."""
+    cells: Counter[tuple[str, str]] = Counter()
+    for _provider, zone, kind, _status, count in groups:
+        cells[(zone or "none", kind)] += count
+    zones = sorted({zone for zone, _ in cells})
+    kinds = sorted({kind for _, kind in cells})
+    return zones, kinds, cells
 
 
 def soonest_first(notices: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -234,16 +276,6 @@ def coming(
         elif start <= now + 7 * DAY:
             week.append(notice)
     return day, week
-
-
-def where(notices: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str], Counter[Any]]:
-    """Zones, kinds and (zone, kind) counts of the notices in force."""
-    cells: Counter[tuple[str, str]] = Counter()
-    for notice in notices:
-        cells[(notice.get("zone") or "none", notice["kind"])] += 1
-    zones = sorted({zone for zone, _ in cells})
-    kinds = sorted({kind for _, kind in cells})
-    return zones, kinds, cells
 
 
 def sidecar_actions(notice: Mapping[str, Any]) -> list[str]:
@@ -358,6 +390,7 @@ class Timeline:
             if (
                 bar.end >= left
                 and bar.start <= right
+                and (filters.status is None or bar.status == filters.status)
                 and filters.accepts(
                     bar.provider,
                     bar.zone,

@@ -1,0 +1,194 @@
+"""`python -m bench.fleet_posts [--seconds S] [--senders N]`: signed one-event posts, as each
+sidecar sends them, into the fleet service against a do-nothing aiohttp server.
+
+Every VM posts its own events one per request, many at once. This runs, one after the other
+and from the same client (this process, aiohttp, `--senders` concurrent connections):
+
+- **floor**: an aiohttp server in its own process that reads each body and answers 200 -
+  the most any aiohttp service can take from this client on this machine;
+- **fleet, one transaction per post**: `maintenance-bridge fleet` (its own process, SQLite
+  store, a Standard Webhooks secret) with `[fleet.ingest] group_events = 1`, which is what
+  the service did before group commit;
+- **fleet, group commit**: the same with the defaults (`bridge.fleet.group_commit`).
+
+All three run at once and take turns, `--rounds` times (the machine's load drifts between
+runs; side by side in time the ratios hold).
+
+Each post is a distinct signed maintenance event (structured mode) answered only after its
+durable commit. Prints requests per second and each fleet figure as a share of the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.fleet import SECRET, _transition, _vm
+from bridge.pipeline.model import Status
+from sinks import _webhook_signing as signing
+from tests.fleet.factories import T0
+from tests.support import free_port
+
+FLOOR = """
+import sys
+from aiohttp import web
+
+async def handle(request):
+    await request.read()
+    return web.json_response({"accepted": 1, "duplicate": 0, "invalid": 0})
+
+app = web.Application()
+app.router.add_post("/v1/events", handle)
+app.router.add_get("/readyz", lambda request: web.json_response({"status": "ok"}))
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+"""
+
+
+async def _ready(url: str, proc: asyncio.subprocess.Process) -> None:
+    deadline = time.monotonic() + 60
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            if proc.returncode is not None:
+                raise RuntimeError(f"{url}: the server exited ({proc.returncode})")
+            try:
+                async with http.get(f"{url}/readyz") as answer:
+                    if answer.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} did not become ready")
+
+
+async def _start(args: list[str], port: int) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *args, stdout=asyncio.subprocess.DEVNULL
+    )
+    await _ready(f"http://127.0.0.1:{port}", proc)
+    return proc
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.terminate()
+        await proc.wait()
+
+
+def _fleet_config(workdir: Path, port: int, ingest: dict[str, Any]) -> Path:
+    config = workdir / "fleet.toml"
+    extra = "".join(f"{key} = {value!r}\n" for key, value in ingest.items())
+    config.write_text(
+        f'[fleet.listener]\nport = {port}\n[fleet.store]\nurl = "sqlite://{workdir}/fleet.db"\n'
+        f"[fleet.ingest]\n{extra}"
+        f'[[fleet.sources]]\ntype = "http"\nsecrets = ["{SECRET}"]\n'
+    )
+    return config
+
+
+def prepared(label: str, senders: int, per_sender: int) -> list[list[tuple[bytes, dict[str, str]]]]:
+    """Each sender's signed posts, made before the clock starts (the client's own work is
+    not what is measured): distinct events of the sender's VM."""
+    key = signing.standard_key(SECRET)
+    now = int(time.time())
+    shares = []
+    for number in range(senders):
+        vm = _vm(number)
+        share = []
+        for sequence in range(per_sender):
+            body = _transition(vm, f"{label}-{sequence}", Status.SCHEDULED, T0, T0)
+            headers = signing.standard_headers(f"{label}-{number}-{sequence}", now, body, [key])
+            headers["content-type"] = "application/cloudevents+json"
+            share.append((body, headers))
+        shares.append(share)
+    return shares
+
+
+async def _post_for(
+    url: str, seconds: float, shares: list[list[tuple[bytes, dict[str, str]]]], label: str
+) -> float:
+    """Requests per second of concurrent signed one-event posts, one sender per share, for
+    `seconds` (or until the shares are sent)."""
+    done = 0
+    stop_at = time.monotonic() + seconds
+    connector = aiohttp.TCPConnector(limit=len(shares))
+
+    async def sender(
+        share: list[tuple[bytes, dict[str, str]]], http: aiohttp.ClientSession
+    ) -> None:
+        nonlocal done
+        for body, headers in share:
+            if time.monotonic() >= stop_at:
+                return
+            async with http.post(f"{url}/v1/events", data=body, headers=headers) as answer:
+                await answer.read()
+                if answer.status != 200:
+                    raise RuntimeError(f"{label}: answered {answer.status}")
+            done += 1
+
+    async with aiohttp.ClientSession(connector=connector) as http:
+        started = time.monotonic()
+        await asyncio.gather(*(sender(share, http) for share in shares))
+        return done / (time.monotonic() - started)
+
+
+async def run(seconds: float, senders: int, rounds: int) -> list[tuple[str, list[float]]]:
+    """Requests per second of each server, `rounds` times, the servers taking turns (the
+    machine's load drifts: side by side in time, the ratios hold where single runs don't)."""
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-posts-") as tmp:
+        servers: list[tuple[str, int, asyncio.subprocess.Process]] = []
+        try:
+            port = free_port()
+            servers.append(("floor", port, await _start(["-c", FLOOR, str(port)], port)))
+            for label, ingest in (
+                ("one transaction per post", {"group_events": 1, "group_wait": 0.0}),
+                ("group commit", {}),
+            ):
+                workdir = Path(tmp) / label.replace(" ", "-")
+                workdir.mkdir()
+                port = free_port()
+                config = _fleet_config(workdir, port, ingest)
+                args = ["-m", "bridge", "fleet", "--config", str(config)]
+                servers.append((label, port, await _start(args, port)))
+            per_sender = int(seconds * 20_000 / senders) + 1
+            rates: dict[str, list[float]] = {label: [] for label, _, _ in servers}
+            for round_ in range(rounds):
+                for label, port, _proc in servers:
+                    tag = f"{label[:1]}{round_}"
+                    shares = prepared(tag, senders, per_sender)
+                    url = f"http://127.0.0.1:{port}"
+                    rates[label].append(await _post_for(url, seconds, shares, tag))
+        finally:
+            for _label, _port, proc in servers:
+                await _stop(proc)
+    return list(rates.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet_posts", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per server and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--senders", type=int, default=64)
+    args = parser.parse_args(argv)
+    figures = asyncio.run(run(args.seconds, args.senders, args.rounds))
+    floor = statistics.median(figures[0][1])
+    print(
+        f"{args.senders} senders, signed one-event posts, {args.rounds} rounds of "
+        f"{args.seconds:g} s per server (median, and each round)"
+    )
+    for label, rates in figures:
+        middle = statistics.median(rates)
+        each = ", ".join(f"{rate:.0f}" for rate in rates)
+        print(f"{label:>26}: {middle:7.0f} requests/s ({middle / floor:.2f} of the floor) [{each}]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,280 @@
+"""Counts kept as events arrive, so that the summary, the metrics and the page never recount.
+
+At 100,000 instances and a million audit events a `COUNT(*)` per request is hundreds of
+milliseconds. The store keeps a `tallies` table instead, changed in the same transaction as
+the rows it counts, so every replica on one PostgreSQL reads the same figures and a rolled
+back ingest counts nothing:
+
+- `instances` by (provider, sidecar version, zone): triggers on `instances` (an insert, or
+  an update that changes one of them: a heartbeat naming a new build);
+- `notices` (all) and `in_force` by (provider, zone, kind, status): triggers on `notices`;
+- `events` and `rejected`: one increment per batch from `sqlite_store.apply` (a row trigger
+  on the audit log would cost an upsert per event of every batch).
+
+Which instances are `silent` depends on the time of the question. The moment each one
+turns silent (`SILENT_AT`: its last heartbeat plus three of its intervals) is tallied by
+minute in `silent_tallies` (triggers on `instances`; a heartbeat moves its instance to a
+later minute); `silent_by` sums the minutes before now and counts the current minute
+through the index on `SILENT_AT`, so an outage of a whole region costs what a healthy
+fleet does. `reporting` is the total minus those.
+
+`prepare` creates the table and triggers (idempotent) and fills the table from the rows the
+first time (a store written before tallies existed), under the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from bridge.fleet.state import SILENT_AFTER_INTERVALS
+
+#: The moment an instance turns silent (no heartbeat: 0, silent since ever). Written the
+#: same in the index and in the queries, so both planners use the expression index.
+SILENT_AT: Final = f"COALESCE(last_heartbeat + {SILENT_AFTER_INTERVALS} * heartbeat_interval, 0)"
+UNKNOWN_VERSION: Final = "unknown"
+
+TABLE: Final = """CREATE TABLE IF NOT EXISTS tallies (
+    kind TEXT NOT NULL,
+    k1 TEXT NOT NULL,
+    k2 TEXT NOT NULL,
+    k3 TEXT NOT NULL,
+    k4 TEXT NOT NULL,
+    n BIGINT NOT NULL,
+    PRIMARY KEY (kind, k1, k2, k3, k4)
+)"""
+INDEXES: Final = (f"CREATE INDEX IF NOT EXISTS instances_silent_at ON instances (({SILENT_AT}))",)
+
+_ADD: Final = (
+    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) VALUES ({values}) "
+    "ON CONFLICT (kind, k1, k2, k3, k4) DO UPDATE SET n = tallies.n + excluded.n"
+)
+
+
+def _add(kind: str, row: str, keys: tuple[str, ...], delta: str) -> str:
+    padded = [*(f"COALESCE({row}.{k}, '')" for k in keys), *(["''"] * (4 - len(keys)))]
+    return _ADD.format(values=", ".join([f"'{kind}'", *padded, delta]))
+
+
+_VERSION: Final = "COALESCE({row}.agent_version, '" + UNKNOWN_VERSION + "')"
+
+
+def _instance(row: str, delta: str) -> str:
+    version = _VERSION.format(row=row)
+    return _ADD.format(
+        values=f"'instances', {row}.provider, {version}, COALESCE({row}.zone, ''), '', {delta}",
+    )
+
+
+_NOTICE_KEYS: Final = ("provider", "zone", "kind", "status")
+# One statement per change, each valid as a SQLite trigger step and a plpgsql statement.
+_NOTICE_INSERT: Final = (
+    _add("notices", "NEW", (), "1"),
+    _add("in_force", "NEW", _NOTICE_KEYS, "CASE WHEN NEW.rank < 2 THEN 1 ELSE 0 END"),
+)
+_NOTICE_UPDATE: Final = (
+    _add("in_force", "OLD", _NOTICE_KEYS, "CASE WHEN OLD.rank < 2 THEN -1 ELSE 0 END"),
+    _add("in_force", "NEW", _NOTICE_KEYS, "CASE WHEN NEW.rank < 2 THEN 1 ELSE 0 END"),
+)
+_NOTICE_CHANGED: Final = " OR ".join(
+    f"OLD.{c} IS DISTINCT FROM NEW.{c}" for c in (*_NOTICE_KEYS, "rank")
+)
+_INSTANCE_INSERT: Final = (_instance("NEW", "1"),)
+_INSTANCE_UPDATE: Final = (_instance("OLD", "-1"), _instance("NEW", "1"))
+_INSTANCE_CHANGED: Final = (
+    "OLD.provider IS DISTINCT FROM NEW.provider "
+    "OR OLD.agent_version IS DISTINCT FROM NEW.agent_version "
+    "OR OLD.zone IS DISTINCT FROM NEW.zone"
+)
+_TRIGGERS: Final = (
+    ("notices_tally_insert", "INSERT", "notices", None, _NOTICE_INSERT),
+    ("notices_tally_update", "UPDATE", "notices", _NOTICE_CHANGED, _NOTICE_UPDATE),
+    ("instances_tally_insert", "INSERT", "instances", None, _INSTANCE_INSERT),
+    ("instances_tally_update", "UPDATE", "instances", _INSTANCE_CHANGED, _INSTANCE_UPDATE),
+)
+
+_FILL: Final = (
+    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) "
+    "SELECT 'events', '', '', '', '', COUNT(*) FROM events",
+    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) "
+    "SELECT 'rejected', '', '', '', '', COUNT(*) FROM rejected",
+    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) "
+    "SELECT 'notices', '', '', '', '', COUNT(*) FROM notices",
+    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) "
+    "SELECT 'in_force', provider, COALESCE(zone, ''), kind, status, COUNT(*) FROM notices "
+    "WHERE rank < 2 GROUP BY provider, COALESCE(zone, ''), kind, status",
+    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) "  # noqa: S608 (constants only)
+    f"SELECT 'instances', provider, {_VERSION.format(row='instances')}, COALESCE(zone, ''), "
+    f"'', COUNT(*) FROM instances GROUP BY provider, {_VERSION.format(row='instances')}, "
+    "COALESCE(zone, '')",
+    # The mark that the table holds the counts (an empty store is filled too).
+    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) VALUES ('ready', '', '', '', '', 1)",
+)
+
+# -- silent instances: when each turns silent, tallied by minute --------------------------
+
+SILENT_TABLE: Final = """CREATE TABLE IF NOT EXISTS silent_tallies (
+    minute BIGINT NOT NULL,
+    provider TEXT NOT NULL,
+    version TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    n BIGINT NOT NULL,
+    PRIMARY KEY (minute, provider, version, zone)
+)"""
+#: The minute (Unix seconds // 60) in which a row turns silent, per dialect: SQLite's CAST
+#: truncates (the value is never negative), PostgreSQL's rounds, so it floors first.
+_SQLITE_MINUTE: Final = "CAST(({at}) / 60 AS INTEGER)"
+_POSTGRES_MINUTE: Final = "CAST(FLOOR(({at}) / 60) AS BIGINT)"
+
+
+def _silent_at(row: str) -> str:
+    return SILENT_AT.replace("last_heartbeat", f"{row}.last_heartbeat").replace(
+        "heartbeat_interval", f"{row}.heartbeat_interval"
+    )
+
+
+def _silent_steps(minute: str, row: str, delta: str) -> list[str]:
+    """Add `delta` to the minute `row` turns silent in (and drop the tally it emptied)."""
+    at = minute.format(at=_silent_at(row))
+    keys = f"{row}.provider, {_VERSION.format(row=row)}, COALESCE({row}.zone, '')"
+    steps = [
+        "INSERT INTO silent_tallies (minute, provider, version, zone, n) "  # noqa: S608
+        f"VALUES ({at}, {keys}, {delta}) "
+        "ON CONFLICT (minute, provider, version, zone) "
+        "DO UPDATE SET n = silent_tallies.n + excluded.n"
+    ]
+    if delta.startswith("-"):
+        steps.append(
+            f"DELETE FROM silent_tallies WHERE minute = {at} AND provider = {row}.provider "  # noqa: S608
+            f"AND version = {_VERSION.format(row=row)} AND zone = COALESCE({row}.zone, '') "
+            "AND n = 0"
+        )
+    return steps
+
+
+_SILENT_CHANGED: Final = (
+    "OLD.last_heartbeat IS DISTINCT FROM NEW.last_heartbeat "
+    "OR OLD.heartbeat_interval IS DISTINCT FROM NEW.heartbeat_interval "
+    f"OR {_INSTANCE_CHANGED}"
+)
+
+
+def _silent_triggers(minute: str) -> list[tuple[str, str, str, str | None, list[str]]]:
+    return [
+        ("instances_silent_insert", "INSERT", "instances", None, _silent_steps(minute, "NEW", "1")),
+        (
+            "instances_silent_update",
+            "UPDATE",
+            "instances",
+            _SILENT_CHANGED,
+            _silent_steps(minute, "OLD", "-1") + _silent_steps(minute, "NEW", "1"),
+        ),
+    ]
+
+
+def _silent_fill(minute: str) -> str:
+    at = minute.format(at=SILENT_AT)
+    version = _VERSION.format(row="instances")
+    return (
+        "INSERT INTO silent_tallies (minute, provider, version, zone, n) "  # noqa: S608
+        f"SELECT {at}, provider, {version}, COALESCE(zone, ''), COUNT(*) FROM instances "
+        f"GROUP BY {at}, provider, {version}, COALESCE(zone, '')"
+    )
+
+
+#: `sqlite_store.apply`: the batch's new events and refused inputs, one statement each.
+BUMP: Final = _ADD.format(values="?, '', '', '', '', ?")
+
+
+def sqlite_ddl() -> list[str]:
+    statements = [TABLE, SILENT_TABLE, *INDEXES]
+    for name, event, table, when, steps in (*_TRIGGERS, *_silent_triggers(_SQLITE_MINUTE)):
+        # SQLite's null-safe `IS NOT` (its IS DISTINCT FROM needs 3.39).
+        condition = f" WHEN {when.replace(' IS DISTINCT FROM ', ' IS NOT ')}" if when else ""
+        body = "".join(f"{step}; " for step in steps)
+        statements.append(
+            f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table} FOR EACH ROW"
+            f"{condition} BEGIN {body}END"
+        )
+    return statements
+
+
+def postgres_ddl() -> list[str]:
+    statements = [TABLE, SILENT_TABLE, *INDEXES]
+    for name, event, table, when, steps in (*_TRIGGERS, *_silent_triggers(_POSTGRES_MINUTE)):
+        body = "".join(f"{step}; " for step in steps)
+        condition = f" WHEN ({when})" if when else ""
+        statements += [
+            f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN {body}RETURN NULL; END $$",
+            f"CREATE OR REPLACE TRIGGER {name} AFTER {event} ON {table} FOR EACH ROW"
+            f"{condition} EXECUTE FUNCTION {name}()",
+        ]
+    return statements
+
+
+def prepare(db: Any, ddl: list[str], lock: str | None = None, *, postgres: bool = False) -> None:
+    """Create the tallies (idempotent) and fill them once from the rows, in the caller's
+    transaction, which keeps writers out (SQLite's BEGIN IMMEDIATE; `lock` for PostgreSQL,
+    where another replica may be ingesting)."""
+    for statement in ddl:
+        db.execute(statement)
+    ready = db.execute("SELECT n FROM tallies WHERE kind = 'ready'").fetchone()
+    if ready is None:
+        if lock is not None:
+            db.execute(lock)
+        db.execute("DELETE FROM tallies")
+        db.execute("DELETE FROM silent_tallies")
+        for statement in _FILL:
+            db.execute(statement)
+        db.execute(_silent_fill(_POSTGRES_MINUTE if postgres else _SQLITE_MINUTE))
+
+
+def bump(db: Any, events: int, rejected: int) -> None:
+    """Count a batch's new events and refused inputs (inside its transaction)."""
+    rows = [(kind, n) for kind, n in (("events", events), ("rejected", rejected)) if n]
+    if rows:
+        db.executemany(BUMP, rows)
+
+
+#: Locks PostgreSQL takes before the first fill (writers wait; readers go on).
+POSTGRES_FILL_LOCK: Final = (
+    "LOCK TABLE events, rejected, notices, instances IN SHARE ROW EXCLUSIVE MODE"
+)
+
+
+def read(db: Any) -> list[tuple[str, str, str, str, str, int]] | None:
+    """Every tally but zeros: (kind, k1, k2, k3, k4, n); None when the store has none (a
+    store written before tallies, opened read-only by `fleet status`)."""
+    try:
+        ready = db.execute("SELECT n FROM tallies WHERE kind = 'ready'").fetchone()
+    except Exception:  # no such table: sqlite3 and psycopg name it differently
+        return None
+    if ready is None:
+        return None
+    rows = db.execute("SELECT kind, k1, k2, k3, k4, n FROM tallies WHERE n <> 0").fetchall()
+    return [(str(a), str(b), str(c), str(d), str(e), int(n)) for a, b, c, d, e, n in rows]
+
+
+def silent_by(db: Any, now: float, *, postgres: bool = False) -> list[tuple[str, str, str, int]]:
+    """(provider, version, zone or "", count) of the instances silent at `now`: the minutes
+    before the current one from `silent_tallies` (one row per minute and group), the current
+    minute's from the index of when each turns silent - never a pass over every instance,
+    however many are silent."""
+    minute = int(now // 60)
+    found: dict[tuple[str, str, str], int] = {}
+    rows = db.execute(
+        "SELECT provider, version, zone, SUM(n) FROM silent_tallies WHERE minute < ? "
+        "GROUP BY provider, version, zone",
+        (minute,),
+    ).fetchall()
+    version = _VERSION.format(row="instances")
+    rows += db.execute(
+        f"SELECT provider, {version}, COALESCE(zone, ''), COUNT(*) FROM instances "  # noqa: S608
+        f"WHERE {SILENT_AT} >= ? AND {SILENT_AT} < ? GROUP BY provider, {version}, "
+        "COALESCE(zone, '')",
+        (minute * 60.0, now),
+    ).fetchall()
+    for p, v, z, n in rows:
+        key = (str(p), str(v), str(z))
+        found[key] = found.get(key, 0) + int(n)
+    return [(*key, n) for key, n in found.items() if n]

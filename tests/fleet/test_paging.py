@@ -1,0 +1,305 @@
+"""Reads that stay fast at 100,000 instances: keyset pages that are complete and stable while
+events arrive, counts kept as events arrive (equal to a recount), and indexes the read
+queries use. Every test runs on SQLite and on a real PostgreSQL server
+(tests/fleet/postgres_server.py; skipped without its binaries, failing under CI=true)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bridge.fleet import paging
+from bridge.fleet.api import fleet_summary
+from bridge.fleet.config import parse_fleet_config
+from bridge.fleet.service import FleetService, build_store
+from bridge.fleet.sqlite_store import NOTICE_ORDER
+from bridge.fleet.store import InstanceQuery, NoticeFilter, Store
+from bridge.pipeline.model import Status
+from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat, transition
+
+pytest_plugins = ["tests.fleet.postgres_server"]
+
+NOW = (T0 + timedelta(hours=1)).timestamp()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'fleet.sqlite3'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[Store]:
+    store = build_store(store_url)
+    await store.open()
+    yield store
+    await store.close()
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+async def every_instance(store: Store, limit: int, between: Callable[[int], Any]) -> list[str]:
+    """Names of every page of instances, `between(n)` awaited after the n-th page."""
+    names: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = await store.instance_page(InstanceQuery(cursor=cursor, limit=limit, now=NOW))
+        assert len(page.rows) <= limit
+        names += [row["name"] for row in page.rows]
+        pages += 1
+        if page.next is None:
+            return names
+        await between(pages)
+        cursor = page.next
+
+
+async def test_instance_pages_are_complete_and_stable_while_instances_arrive(
+    store: Store,
+) -> None:
+    first = [f"vm-{i:03d}" for i in range(0, 50, 2)]
+    await store.ingest(batch(*(heartbeat(gce_vm(name), at(0)) for name in first)))
+
+    async def arrive(page: int) -> None:
+        # One sorts before the pages read so far, one after: neither shifts the pages.
+        early, late = f"vm-{page:03d}a", f"vm-{100 + page:03d}"
+        await store.ingest(batch(heartbeat(gce_vm(early), at(1)), heartbeat(gce_vm(late), at(1))))
+
+    names = await every_instance(store, 7, arrive)
+    assert names == sorted(names)  # in order
+    assert len(names) == len(set(names))  # nothing twice
+    assert set(first) <= set(names)  # nothing that was there is missed
+    assert {n for n in names if n.startswith("vm-1")} >= {"vm-101", "vm-102", "vm-103"}
+
+
+async def test_notice_pages_are_soonest_first_complete_and_stable(store: Store) -> None:
+    vms = [gce_vm(f"vm-{i}") for i in range(12)]
+    await store.ingest(
+        batch(
+            *(
+                transition(vm, f"n-{i}", Status.SCHEDULED, at(0), not_before=at(60 - i))
+                for i, vm in enumerate(vms)
+            ),
+            transition(vms[0], "n-unknown", Status.SCHEDULED, at(0)),
+        )
+    )
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await store.notice_page(NoticeFilter(), cursor=cursor, limit=5)
+        seen += [n["notice_id"] for n in page.rows]
+        if page.next is None:
+            break
+        # Meanwhile: one notice finishes (it leaves later pages), one arrives at the end.
+        done = 11 - len(seen) // 5
+        await store.ingest(
+            batch(
+                transition(vms[done], f"n-{done}", Status.COMPLETED, at(2)),
+                transition(
+                    vms[1], f"late-{len(seen)}", Status.SCHEDULED, at(2), not_before=at(600)
+                ),
+            )
+        )
+        cursor = page.next
+    assert len(seen) == len(set(seen))
+    assert seen[:5] == ["n-11", "n-10", "n-9", "n-8", "n-7"]  # soonest first
+    assert seen[-1] == "n-unknown"  # an unknown start sorts last
+    assert {"late-5", "late-10"} <= set(seen)  # arrived after the position: on a later page
+
+
+async def test_rejected_pages_go_back_in_time(store: Store) -> None:
+    from bridge.fleet.store import Batch, Refused
+
+    for index in range(7):
+        await store.ingest(Batch("http", NOW, refused=[Refused(b"{}", f"reason {index}")]))
+    first = await store.rejected_page(cursor=None, limit=3)
+    second = await store.rejected_page(cursor=first.next, limit=3)
+    third = await store.rejected_page(cursor=second.next, limit=3)
+    reasons = [r["reason"] for page in (first, second, third) for r in page.rows]
+    assert reasons == [f"reason {i}" for i in range(6, -1, -1)]
+    assert third.next is None
+
+
+async def test_instances_are_searched_and_filtered_in_the_store(store: Store) -> None:
+    await store.ingest(
+        batch(
+            heartbeat(gce_vm("web-1"), at(0)),
+            heartbeat(gce_vm("web-2", zone="europe-west1-b"), at(0)),
+            heartbeat(azure_vm("DB_1"), at(0)),
+            heartbeat(gce_vm("old-1"), at(-600)),  # silent by NOW
+            transition(gce_vm("web-1"), "g-1", Status.SCHEDULED, at(0), not_before=at(90)),
+        )
+    )
+
+    async def names(**query: Any) -> list[str]:
+        page = await store.instance_page(InstanceQuery(now=at(1).timestamp(), **query))
+        return [row["name"] for row in page.rows]
+
+    assert await names(search="WEB") == ["web-1", "web-2"]
+    assert await names(search="b_") == ["DB_1"]  # `_` is a character, not a wildcard
+    assert await names(search="%") == []
+    assert await names(zone="europe-west1-b") == ["web-2"]
+    assert await names(provider="azure") == ["DB_1"]
+    assert await names(state="silent") == ["old-1"]
+    assert await names(state="reporting") == ["DB_1", "web-1", "web-2"]
+    (web,) = (await store.instance_page(InstanceQuery(search="web-1", now=NOW))).rows
+    assert web["notices"] == ["g-1"]
+
+
+async def test_counts_kept_as_events_arrive_equal_a_recount(store: Store) -> None:
+    a, b = gce_vm("web-1"), azure_vm("db-1")
+    await store.ingest(
+        batch(
+            heartbeat(a, at(0)),
+            heartbeat(b, at(-600)),
+            transition(a, "g-1", Status.SCHEDULED, at(0), not_before=at(30)),
+            transition(b, "ev-1", Status.SCHEDULED, at(0), not_before=at(30)),
+        )
+    )
+    await store.ingest(batch(transition(a, "g-1", Status.STARTED, at(30))))
+    await store.ingest(batch(transition(b, "ev-1", Status.COMPLETED, at(40))))
+    await store.ingest(batch(transition(b, "ev-1", Status.SCHEDULED, at(1))))  # late: no change
+    counts = await store.counts()
+    assert counts == {
+        "events": 6,
+        "instances": 2,
+        "notices": 2,
+        "notices_in_force": 1,
+        "rejected": 0,
+    }
+    assert await store.notice_counts() == [("gce", "us-central1-a", "reboot", "started", 1)]
+    rows = await store.instance_counts(at(1).timestamp())
+    assert sorted((p, z, n, silent) for p, _v, z, n, silent in rows) == [
+        ("azure", "westeurope-1", 1, 1),
+        ("gce", "us-central1-a", 1, 0),
+    ]
+
+
+async def test_silent_counts_from_the_minute_tallies_equal_a_recount_at_any_time(
+    store: Store,
+) -> None:
+    vms = [gce_vm(f"vm-{i}", zone=f"zone-{i % 3}") for i in range(9)]
+    # Heartbeats at various times and intervals, then later ones moving some VMs on.
+    await store.ingest(
+        batch(*(heartbeat(vm, at(-i * 2), interval=30.0 + 15 * i) for i, vm in enumerate(vms)))
+    )
+    await store.ingest(batch(*(heartbeat(vm, at(1), interval=60.0) for vm in vms[:4])))
+    await store.ingest(batch(transition(gce_vm("no-heartbeat"), "n-1", Status.SCHEDULED, at(0))))
+
+    def recount(db: Any, now: float) -> list[tuple[str, int]]:
+        rows = db.execute(
+            "SELECT zone, COUNT(*) FROM instances WHERE last_heartbeat IS NULL "
+            "OR last_heartbeat + 3 * heartbeat_interval < ? GROUP BY zone ORDER BY zone",
+            (now,),
+        ).fetchall()
+        return [(str(z), int(n)) for z, n in rows]
+
+    for minutes in (-20, -3, 0, 0.5, 2, 3.9, 4.01, 7, 30, 600):
+        now = at(minutes).timestamp()
+        kept = await store.instance_counts(now)
+        by_zone: dict[str, int] = {}
+        for _p, _v, zone, _total, silent in kept:
+            if silent:
+                by_zone[zone] = by_zone.get(zone, 0) + silent
+        expected = await store._read(lambda db, now=now: recount(db, now))  # type: ignore[attr-defined]
+        assert sorted(by_zone.items()) == expected, minutes
+
+
+async def test_a_store_written_before_the_counts_is_counted_once_on_open(
+    store_url: str, store: Store
+) -> None:
+    await store.ingest(batch(heartbeat(gce_vm("web-1"), at(0)), heartbeat(gce_vm("web-2"), at(0))))
+    before = await store.counts()
+    await store._read(lambda db: db.execute("DELETE FROM tallies"))  # type: ignore[attr-defined]
+    await store.close()
+    again = build_store(store_url)
+    await again.open()
+    try:
+        assert await again.counts() == before
+        summary = await fleet_summary(again)
+        assert summary["instances"]["total"] == 2
+    finally:
+        await again.close()
+
+
+async def test_the_list_queries_use_their_indexes(store: Store, store_url: str) -> None:
+    """The planner can seek each list's keyset (PostgreSQL is told to avoid scans: with a
+    few rows it would rightly prefer one)."""
+    postgres = not store_url.startswith("sqlite")
+    prefix = "EXPLAIN " if postgres else "EXPLAIN QUERY PLAN "
+
+    def plans(db: Any) -> list[str]:
+        if postgres:
+            db.execute("SET enable_seqscan = off")
+        statements = {
+            "instances": (
+                "SELECT name FROM instances WHERE (name, source) > (?, ?) "
+                "ORDER BY name, source LIMIT 10",
+                ["a", "b"],
+            ),
+            "notices": (  # the statement the store runs
+                f"SELECT n.notice_id FROM notices n WHERE n.rank < 2 AND ({NOTICE_ORDER}) "  # noqa: S608
+                f"> (?, ?, ?, ?) ORDER BY {NOTICE_ORDER} LIMIT 10",
+                [1.0, 1.0, "a", "b"],
+            ),
+            "silent": (
+                "SELECT COUNT(*) FROM instances WHERE "
+                "COALESCE(last_heartbeat + 3 * heartbeat_interval, 0) < ?",
+                [NOW],
+            ),
+        }
+        found = []
+        for name, (statement, params) in statements.items():
+            rows = db.execute(prefix + statement, params).fetchall()
+            found.append(f"{name}: " + " ".join(str(r[-1]) for r in rows))
+        if postgres:
+            db.execute("RESET enable_seqscan")
+        return found
+
+    instances, notices, silent = await store._read(plans)  # type: ignore[attr-defined]
+    assert "instances_order" in instances
+    assert "notices_order" in notices
+    assert "instances_silent_at" in silent
+
+
+async def test_the_api_pages_with_a_next_cursor_and_refuses_a_forged_one(tmp_path: Path) -> None:
+    raw = {
+        "fleet": {
+            "listener": {"port": 0},
+            "store": {"url": f"sqlite://{tmp_path / 'fleet.sqlite3'}"},
+            "api": {"page_size": 3},
+        }
+    }
+    service = FleetService(parse_fleet_config(raw))
+    async with service.running(), httpx.AsyncClient(base_url=service.url) as http:
+        await service.store.ingest(batch(*(heartbeat(gce_vm(f"vm-{i}"), at(0)) for i in range(5))))
+        first = await http.get("/v1/fleet/instances")
+        assert first.json()["count"] == 3
+        following = first.json()["next"]
+        assert first.headers["Fleet-Next-Cursor"] == following
+        assert 'rel="next"' in first.headers["Link"]
+        second = (await http.get("/v1/fleet/instances", params={"cursor": following})).json()
+        assert [i["name"] for i in second["instances"]] == ["vm-3", "vm-4"]
+        assert second["next"] is None
+        forged = await http.get("/v1/fleet/instances", params={"cursor": "bm90IGEgY3Vyc29y"})
+        assert forged.status_code == 400
+        assert "cursor" in forged.json()["error"]
+        too_many = await http.get("/v1/fleet/notices", params={"limit": "4"})
+        assert too_many.status_code == 400
+        assert (await http.get("/v1/fleet/rejected")).json()["next"] is None
+
+
+def test_a_cursor_is_opaque_and_checked() -> None:
+    assert paging.decode(paging.encode(["web-1", "//x"]), 2) == ["web-1", "//x"]
+    for bad in ("!!", paging.encode([1]), "x" * 5000):
+        with pytest.raises(paging.BadCursor):
+            paging.decode(bad, 2)
