@@ -82,8 +82,8 @@ async def about(request: web.Request) -> tuple[str, str]:
         return "-", "-"  # the source did not read the body: neither does the log
     try:
         decoded = _ONE_OR_MANY.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return "-", "-"
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return "-", "-"  # a body too deep for the decoder (refused for it) names nothing
     events = decoded if isinstance(decoded, list) else [decoded]
     return (
         _named([e.source for e in events if e.source]),

@@ -117,9 +117,11 @@ async def test_a_failing_store_turns_fleet_store_up_to_zero_and_the_scrape_goes_
         up = scrape((await http.get("/metrics")).text)
         assert up["fleet_store_up{}"] == 1
         assert up['fleet_source_up{"source": "http"}'] == 1
-        # The store loses a table under the service (a real SQLite error on every read).
+        # The store loses its tables of notices and of kept counts under the service (a real
+        # SQLite error on every read of them).
         with sqlite3.connect(tmp_path / "fleet.sqlite3") as db:
             db.execute("ALTER TABLE notices RENAME TO notices_gone")
+            db.execute("ALTER TABLE tallies RENAME TO tallies_gone")
         answer = await http.get("/metrics")
         assert answer.status_code == 200
         down = scrape(answer.text)
@@ -129,6 +131,7 @@ async def test_a_failing_store_turns_fleet_store_up_to_zero_and_the_scrape_goes_
         assert not [key for key in down if key.startswith("fleet_notices_in_force")]
         with sqlite3.connect(tmp_path / "fleet.sqlite3") as db:
             db.execute("ALTER TABLE notices_gone RENAME TO notices")
+            db.execute("ALTER TABLE tallies_gone RENAME TO tallies")
         assert scrape((await http.get("/metrics")).text)["fleet_store_up{}"] == 1
 
 

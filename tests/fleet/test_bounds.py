@@ -10,7 +10,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -345,10 +345,12 @@ async def test_an_event_the_store_refuses_over_http_is_a_400_and_the_rest_is_kep
     from bridge.fleet.store import Batch, IngestResult, UnstorableError
 
     class Picky(SqliteStore):
-        async def ingest(self, batch: Batch) -> IngestResult:
-            if any(item.event.instance.name == "bad-1" for item in batch.accepted):
-                raise UnstorableError("integer out of range")
-            return await super().ingest(batch)
+        # Every write goes through ingest_many (one batch, or a group of concurrent posts').
+        async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+            for batch in batches:
+                if any(item.event.instance.name == "bad-1" for item in batch.accepted):
+                    raise UnstorableError("integer out of range")
+            return await super().ingest_many(batches)
 
     now = datetime.now(UTC)
     good, bad = heartbeat(gce_vm("web-1"), now), heartbeat(gce_vm("bad-1"), now)

@@ -12,7 +12,10 @@ import logging
 
 import httpx
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
+from bridge.fleet.ingest_log import about
+from bridge.fleet.sources.http import BODY
 from bridge.pipeline.events import parse, serialize, to_cloudevent
 from bridge.pipeline.model import Status
 from sinks.base import Ok
@@ -141,3 +144,11 @@ async def test_a_maintenance_traceparent_travels_from_the_writer_to_the_fleets_a
         stored = (await http.get("/v1/fleet/events")).json()
     assert [event["traceparent"] for event in stored] == written
     assert len({parent.split("-")[1] for parent in written}) == 1  # one maintenance, one trace
+
+
+async def test_a_body_nested_past_the_decoders_limit_is_logged_without_its_instances() -> None:
+    """The refusal of a body too deep to decode is logged (naming nothing it could not read),
+    and the log line never turns the answer into a 500."""
+    request = make_mocked_request("POST", "/v1/events")
+    request[BODY] = b"[" * 100_000 + b"]" * 100_000
+    assert await about(request) == ("-", "-")
