@@ -67,9 +67,14 @@ def _bridge(
     state: Path,
     fleet_url: str,
     secret: str,
+    *,
+    enroll: bool = True,
 ) -> Any:
+    """One simulated VM's bridge posting to the fleet; `enroll`: with instance identity (the
+    demo's fleet requires it), off for a fleet without `[fleet.identity]`."""
     from bridge.compose import compose
 
+    identity = {"enroll_url": f"{fleet_url}/v1/enroll", "audience": AUDIENCE} if enroll else None
     config = parse_config(
         {
             "source": {"provider": provider, provider: source},
@@ -77,7 +82,7 @@ def _bridge(
             "delivery": {"shutdown_timeout": 2.0, "retry_initial": 0.2, "retry_max": 2.0},
             "listener": {"enabled": False},
             "heartbeat": {"interval": HEARTBEAT_INTERVAL},
-            "identity": {"enroll_url": f"{fleet_url}/v1/enroll", "audience": AUDIENCE},
+            **({"identity": identity} if identity else {}),
             "sinks": [
                 {
                     "type": "webhook",

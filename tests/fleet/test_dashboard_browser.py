@@ -52,7 +52,9 @@ async def sidecars(
             if provider == "gce"
             else {"imds_url": sim.azure_url, "poll_interval": 0.5}
         )
-        bridges.append(fleet_bridge(provider, source, root / name, service.url, SECRET))
+        bridges.append(
+            fleet_bridge(provider, source, root / name, service.url, SECRET, enroll=False)
+        )
     stops = [asyncio.Event() for _ in bridges]
     tasks = [asyncio.create_task(b.run(s)) for b, s in zip(bridges, stops, strict=True)]
     try:
