@@ -68,6 +68,7 @@ async def demo_events(speed: float = SPEED) -> list[bytes]:
         "bridge",
         "demo",
         "--fleet",
+        "--no-keep",  # the demo serves on after its scenarios; this script needs them only
         "--speed",
         str(speed),
         cwd=ROOT,
