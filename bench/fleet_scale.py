@@ -44,8 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -99,10 +99,19 @@ class Scale:
     loads: int  # page loads in Chromium
 
 
-def scale(instances: int, events: int, smoke: bool) -> Scale:
-    if smoke:
-        return Scale(instances, events, 600, 300, 500, 200, 5, 2.0, 1)
-    return Scale(instances, events, 50_000, 20_000, 50_000, 20_000, 200, 20.0, 10)
+def scale(
+    instances: int, events: int, smoke: bool, burst: int | None = None, budget: float | None = None
+) -> Scale:
+    sizes = (
+        Scale(instances, events, 600, 300, 500, 200, 5, 2.0, 1)
+        if smoke
+        else Scale(instances, events, 50_000, 20_000, 50_000, 20_000, 200, 20.0, 10)
+    )
+    return replace(
+        sizes,
+        burst=sizes.burst if burst is None else burst,
+        budget=sizes.budget if budget is None else budget,
+    )
 
 
 @dataclass
@@ -539,14 +548,22 @@ async def measure(
         ]
         with noted(notes, "the burst"):
             figures.burst = await burst(fleet_url, proc, workload, sizes.burst, api)
-        async with (
-            aiohttp.ClientSession(headers=headers) as http,
-            http.get(fleet_url + "/v1/fleet/summary") as answer,
-        ):
-            figures.counts = (await answer.json())["store"]
+        with noted(notes, "the store's row counts"):
+            async with (
+                aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(300)) as http,
+                http.get(fleet_url + "/v1/fleet/summary") as answer,
+            ):
+                summary = await answer.json()
+                if answer.status != 200:
+                    raise RuntimeError(f"/v1/fleet/summary answered {answer.status}: {summary}")
+                figures.counts = summary["store"]
 
 
-async def run(sizes: Scale, workdir: Path) -> tuple[list[StoreFigures], list[str], float]:
+async def run(
+    sizes: Scale, workdir: Path, progress: Callable[[list[StoreFigures], list[str], float], None]
+) -> tuple[list[StoreFigures], list[str], float]:
+    """Every figure for each store; `progress` gets what is measured after each store and
+    at the end (the report is written each time, so a run cut short keeps its figures)."""
     workload = Workload(sizes.instances, sizes.events)
     notes: list[str] = []
     began = time.monotonic()
@@ -561,6 +578,7 @@ async def run(sizes: Scale, workdir: Path) -> tuple[list[StoreFigures], list[str
             results[name].fill_seconds = seconds
         for name, url in urls.items():
             await measure(results[name], url, workload, sizes, workdir)
+            progress(list(results.values()), notes, time.monotonic() - began)
         async with bus_servers(notes) as servers:
             for name, new_url in available:
                 bus, more = await bus_figures(name, new_url, workload, sizes.bus_events, servers)
@@ -781,24 +799,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks it runs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--name", default="fleet-scale", help="report file name, no suffix")
+    parser.add_argument("--burst", type=int, help="events of the burst (default 50,000)")
+    parser.add_argument(
+        "--read-seconds", type=float, help="seconds per read endpoint, at most (default 20)"
+    )
     args = parser.parse_args(argv)
-    sizes = scale(args.instances, args.events, args.smoke)
-    command = "python -m bench.fleet_scale" + (" " + " ".join(argv) if argv else "")
-    if argv is None:
-        command = "python -m bench.fleet_scale " + " ".join(sys.argv[1:])
+    sizes = scale(args.instances, args.events, args.smoke, args.burst, args.read_seconds)
+    words = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python -m bench.fleet_scale", *words])
     first_load = psutil.getloadavg()[0]
-    workdir = Path(tempfile.mkdtemp(prefix="bench-fleet-scale-"))
-    try:
-        results, notes, seconds = asyncio.run(run(sizes, workdir))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     png = args.out / f"{args.name}.png"
-    plot(results, png)
-    loads = (first_load, psutil.getloadavg()[0])
-    report = render(results, notes, sizes, loads, seconds, command.strip(), png.name)
-    (args.out / f"{args.name}.md").write_text(report)
-    print(report)
+
+    def write(results: list[StoreFigures], notes: list[str], seconds: float) -> None:
+        plot(results, png)
+        loads = (first_load, psutil.getloadavg()[0])
+        report = render(results, notes, sizes, loads, seconds, command, png.name)
+        (args.out / f"{args.name}.md").write_text(report)
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-fleet-scale-"))
+    try:
+        results, notes, seconds = asyncio.run(run(sizes, workdir, write))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    write(results, notes, seconds)
+    print((args.out / f"{args.name}.md").read_text())
     return 0
 
 
