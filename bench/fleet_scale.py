@@ -149,6 +149,7 @@ class StoreFigures:
     bus: list[Figure] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    measured: bool = False
 
 
 def log(text: str) -> None:
@@ -541,10 +542,12 @@ async def measure(
         figures.peak_rss_mb = peak_rss_mb(proc.pid)
         log(f"{name}: a burst of {sizes.burst:,} events, {BURST_SENDERS} senders")
         busy, quiet = workload.in_force_vm(0), workload.quiet_vm()
+        # What a VM's election and a per-VM panel ask; the lists and the summary have their
+        # own figures above (asking them here would time them again, not the burst).
         api = [
             f"/v1/fleet/notices?instance={busy.name}",
             f"/v1/fleet/eligible?instance={busy.name}&instance={quiet.name}",
-            "/v1/fleet/summary",
+            f"/v1/fleet/instances/{busy.name}",
         ]
         with noted(notes, "the burst"):
             figures.burst = await burst(fleet_url, proc, workload, sizes.burst, api)
@@ -557,6 +560,7 @@ async def measure(
                 if answer.status != 200:
                     raise RuntimeError(f"/v1/fleet/summary answered {answer.status}: {summary}")
                 figures.counts = summary["store"]
+    figures.measured = True
 
 
 async def run(
@@ -684,7 +688,8 @@ def store_table(f: StoreFigures, sizes: Scale) -> list[str]:
         )
         rows.append(
             (
-                f"burst: API during it (p50 {b.api.p50:.1f} ms, n={b.api.count})",
+                f"burst: API during it, one VM's notices, eligible and instance in turn "
+                f"(p50 {b.api.p50:.1f} ms, n={b.api.count})",
                 f"p99 < {BURST_API_P99:g} ms",
                 f"p99 {b.api.p99:.1f} ms",
                 b.api.p99 < BURST_API_P99,
@@ -743,7 +748,10 @@ def render(
     if plot_name:
         lines += [f"![read p99 and ingest rates per store]({plot_name})", ""]
     for figures in results:
-        lines += store_table(figures, sizes)
+        if figures.measured:
+            lines += store_table(figures, sizes)
+        else:
+            lines += [f"## {figures.store}", "", "Not measured yet (the run was cut short).", ""]
     if notes:
         lines += ["## Not measured", "", *(f"- {note}" for note in notes), ""]
     return "\n".join(lines)
