@@ -56,8 +56,11 @@ new MutationObserver((_, observer) => {
 """
 
 
-async def browser_loads(url: str, workdir: Path, loads: int) -> tuple[Summary, Summary] | None:
-    """(first table, load event) in ms over `loads` page loads; None without Chromium."""
+async def browser_loads(
+    url: str, workdir: Path, loads: int, headers: dict[str, str] | None = None
+) -> tuple[Summary, Summary] | None:
+    """(first table, load event) in ms over `loads` page loads, sending `headers` (a read
+    credential) with each request; None without Chromium."""
     from tests.fleet.chromium import CHROMIUM, chromium
 
     if not CHROMIUM.exists():
@@ -65,6 +68,8 @@ async def browser_loads(url: str, workdir: Path, loads: int) -> tuple[Summary, S
     first, loaded = [], []
     async with chromium(workdir / "chromium-profile") as context:
         await context.add_init_script(_MARK_FIRST_TABLE)
+        if headers:
+            await context.set_extra_http_headers(headers)
         for _ in range(loads + 1):  # the first warms the process up
             page = await context.new_page()
             await page.goto(url, wait_until="load")

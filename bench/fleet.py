@@ -169,13 +169,24 @@ async def ingest(url: str, bodies: list[bytes]) -> float:
     return len(bodies) / (time.monotonic() - started)
 
 
-async def latency(url: str, path: str, requests: int) -> tuple[Summary, int]:
-    """p50/p99 (ms) of `requests` sequential GETs of `path`, and the answer's size."""
+async def latency(
+    url: str,
+    path: str,
+    requests: int,
+    *,
+    headers: dict[str, str] | None = None,
+    budget: float | None = None,
+) -> tuple[Summary, int]:
+    """p50/p99 (ms) of `requests` sequential GETs of `path`, and the answer's size; with a
+    `budget` (seconds), fewer (at least 5) when they would take longer than that."""
     samples: list[float] = []
     size = 0
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=120, headers=headers) as http:
         await http.get(path)  # warm up
+        began = time.monotonic()
         for _ in range(requests):
+            if budget is not None and len(samples) >= 5 and time.monotonic() - began > budget:
+                break
             started = time.perf_counter()
             answer = await http.get(path)
             samples.append((time.perf_counter() - started) * 1000)
