@@ -240,13 +240,23 @@ class FleetApiRoutes:
     @staticmethod
     @web.middleware
     async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
-        """Bad queries are 400, an unreachable store 503; never a traceback to the client."""
+        """Bad queries are 400, an unreachable store 503; never a traceback to the client. Under
+        /v1/ an unknown path or method is JSON like every other answer of the API (aiohttp's
+        own are text), so a client parses one error shape."""
         try:
             response: web.StreamResponse = await handler(request)
         except (BadQuery, BadCursor) as exc:
             return _json({"error": str(exc)}, status=400)
         except StoreError as exc:
             return _json({"error": f"fleet store: {exc}"}, status=503)
+        except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:
+            if not request.path.startswith("/v1/"):
+                raise
+            reason = f"{exc.reason}: {request.method} {request.path}"[:300]
+            answer = _json({"error": reason}, status=exc.status)
+            if "Allow" in exc.headers:
+                answer.headers["Allow"] = exc.headers["Allow"]
+            return answer
         return response
 
     # -- notices ----------------------------------------------------------------------------

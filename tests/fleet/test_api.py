@@ -208,3 +208,14 @@ async def _break(service: FleetService) -> None:
     read = store._read_db
     assert read is not None
     read.close()
+
+
+async def test_an_unknown_path_under_v1_is_a_json_404(fleet_service: FleetFactory) -> None:
+    """Every answer of the API is JSON, aiohttp's own 404 for a path no route matches too
+    (here a name with a line break, which no route takes)."""
+    async with fleet_service() as service, httpx.AsyncClient(base_url=service.url) as http:
+        for path in ("/v1/fleet/instances/%0A%7C", "/v1/fleet/nothing-here"):
+            answer = await http.get(path)
+            assert answer.status_code == 404
+            assert answer.headers["content-type"].startswith("application/json")
+            assert "error" in answer.json()
