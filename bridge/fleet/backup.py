@@ -23,10 +23,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import sys
 from pathlib import Path
 
 from bridge.fleet.config import FleetConfig
+from bridge.infra.platform import limits
 
 
 class BackupError(Exception):
@@ -129,7 +129,4 @@ def _owned_like_its_directory(path: Path) -> None:
     """A store file root just created belongs to whoever owns its directory (the service's
     user: systemd's StateDirectory, the container's volume), or the service could not write
     it. Restoring into an existing file keeps that file's owner anyway."""
-    if sys.platform == "win32" or os.geteuid() != 0:
-        return
-    directory = path.parent.stat()
-    os.chown(path, directory.st_uid, directory.st_gid)
+    limits.own_like_directory(path)

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections import OrderedDict
 from typing import Any, Final
+
+from bridge.infra.platform import limits
 
 log = logging.getLogger("bridge.fleet.connections")
 
@@ -38,19 +39,10 @@ _END_OF_HEADERS: Final = b"\r\n\r\n"
 
 def raise_file_limit() -> int:
     """Raise the soft open-file limit to the hard one where allowed; the soft limit now."""
-    if sys.platform == "win32":
-        return 8192  # no RLIMIT_NOFILE; the C runtime's own table is the bound
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-            soft = wanted
-        except (ValueError, OSError) as exc:
-            log.warning("cannot raise the open-file limit from %d: %s", soft, exc)
-    return int(soft) if soft != resource.RLIM_INFINITY else MAX_CONNECTIONS + RESERVED_FILES
+    soft, problem = limits.raise_file_limit(MAX_CONNECTIONS + RESERVED_FILES)
+    if problem is not None:
+        log.warning("%s", problem)
+    return soft
 
 
 def connection_cap(file_limit: int) -> int:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
+import shutil
 import sqlite3
 import sys
 from pathlib import Path
@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from bridge.fleet.backup import BackupError, backup, restore
+from bridge.infra import platform
 from bridge.pipeline.model import Status
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import T0, gce_vm, transition
@@ -99,8 +100,9 @@ async def test_a_backup_taken_during_ingest_restores_every_acknowledged_event(
 
     restored = tmp_path / "restored" / "fleet.sqlite3"
     restored.parent.mkdir()
-    if sys.platform != "win32" and running_as_root():
-        os.chown(restored.parent, 65534, 65534)  # as under systemd: the service user's directory
+    if not platform.is_windows() and running_as_root():
+        # as under systemd: the directory belongs to the service's user
+        shutil.chown(restored.parent, 65534, 65534)
     config = store_config(tmp_path / "restored.toml", restored)
     code, out, err = await fleet_cli(config, "restore", str(copy))
     assert code == 0, err

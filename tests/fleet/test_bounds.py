@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 from bridge.fleet import connections
+from bridge.infra import platform
+from bridge.infra.platform import limits
 from bridge.pipeline.model import Status
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import azure_vm, gce_vm, heartbeat, transition
@@ -70,15 +72,10 @@ async def fleet_process(
     )
 
     def limit() -> None:
-        if sys.platform != "win32" and file_size is not None:
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
-        if sys.platform != "win32" and files is not None:
-            import resource
-
-            hard = files if fixed_files else resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-            resource.setrlimit(resource.RLIMIT_NOFILE, (files, hard))
+        if file_size is not None:
+            limits.set_file_size_limit(file_size)
+        if files is not None:
+            limits.set_file_limit(files, files if fixed_files else None)
 
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -277,17 +274,15 @@ async def test_health_is_served_among_1100_clients_that_never_finish_their_heade
 ) -> None:
     """Raised: the service lifts its soft file limit; fixed (it cannot): each new connection
     past the cap closes the oldest one still waiting for its headers."""
-    if sys.platform == "win32":
+    if platform.is_windows():
         pytest.skip("RLIMIT_NOFILE is POSIX")
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < 2048:
+    soft, hard = limits.file_limit()
+    if hard is not None and hard < 2048:
         reason = f"the hard open-file limit ({hard}) leaves no room for 1,100 clients"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{reason}: raise it (ulimit -Hn) on the CI runner")
         pytest.skip(reason)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    limits.set_file_limit(max(soft or 0, 2048))
     slow: list[asyncio.StreamWriter] = []
     try:
         url = f"sqlite://{tmp_path / 'f.sqlite3'}"
@@ -308,7 +303,7 @@ async def test_health_is_served_among_1100_clients_that_never_finish_their_heade
     finally:
         for writer in slow:
             writer.close()
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        limits.set_file_limit(soft or 2048, hard)
 
 
 async def test_a_client_that_does_not_send_its_headers_in_time_is_closed(
