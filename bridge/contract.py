@@ -383,15 +383,23 @@ def encode(event: Event) -> bytes:
     `source`, `type`, `subject`, `time`, `datacontenttype`, `dataschema`), then `data` in its
     Struct's field order; every timestamp RFC 3339, `time` in UTC with a `Z`; non-ASCII
     characters and DEL as `\\u` escapes, as the events always had them. msgspec writes it in
-    one call; an event with such characters in it is written by the standard library, which
+    one call; an event with such characters is written by the standard library, which
     escapes them at C speed (its one other difference: a float's exponent, `1e-07` for
-    msgspec's `1e-7`). tests/test_typed_bytes.py pins the bytes with golden files.
+    msgspec's `1e-7`). A hook's output tail, the one field of arbitrary text, is looked at
+    first, so such an event is not encoded twice. tests/test_typed_bytes.py pins the bytes.
     """
     event = _in_utc(event)
-    body = _ENCODER.encode(event)
-    if body.isascii() and b"\x7f" not in body:
-        return body
-    return json.dumps(msgspec.to_builtins(event), separators=(",", ":")).encode()
+    data = event.data
+    if not isinstance(data, HookCompletedData) or data.output_tail.isascii():
+        body = _ENCODER.encode(event)
+        if body.isascii() and b"\x7f" not in body:
+            return body
+    return _ESCAPING.encode(msgspec.to_builtins(event)).encode()
+
+
+#: The standard library's compact writer, made once (`json.dumps` with `separators` builds a
+#: new encoder on every call).
+_ESCAPING: Final = json.JSONEncoder(separators=(",", ":"))
 
 
 def to_dict(event: Event) -> dict[str, Any]:

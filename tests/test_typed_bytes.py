@@ -126,7 +126,7 @@ def test_every_writer_of_an_event_writes_the_encoders_bytes() -> None:
     ("text", "interval"),
     [
         ("plain", 60.0),
-        ("é✓ \U0001f600 \\xe9 \\\\U0001f600", 60.0),
+        ('é✓ \U0001f600 \\xe9 \\\\U0001f600 \\" \\\\" "é\\', 1e-7),
         ("del \x7f", 1e-7),
         ("small", 1e-7),
         ("big", 1e16),
@@ -136,10 +136,10 @@ def test_every_writer_of_an_event_writes_the_encoders_bytes() -> None:
 def test_the_encoder_writes_compact_json_escaped_as_the_standard_library_does(
     text: str, interval: float
 ) -> None:
-    """Non-ASCII and DEL escaped as `json.dumps` does (backslashes in the text are not taken
-    for escapes), `time` in UTC, whatever the content; a float's exponent as msgspec writes it
-    (`1e-7`) unless the event has such characters (then `1e-07`, the standard library's). The
-    SDK object a sink is handed is written to the same bytes."""
+    """Non-ASCII and DEL escaped as `json.dumps` does (backslashes and quotes in the text
+    stay what they were), `time` in UTC, whatever the content; a float's exponent as msgspec
+    writes it (`1e-7`) unless the event has such characters (then `1e-07`, the standard
+    library's). The SDK object a sink is handed is written to the same bytes."""
     event = msgspec.structs.replace(
         _heartbeats()[0], subject=text, time=FRACTION.astimezone(timezone(timedelta(hours=2)))
     )
