@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pgerrors
 
-from bridge.fleet import sql
+from bridge.fleet import migrations, sql
 from bridge.fleet.sqlite_store import ReadQueries, apply
 from bridge.fleet.store import (
     Batch,
@@ -48,8 +48,6 @@ T = TypeVar("T")
 CONNECT_TIMEOUT: Final = 10
 #: Times `ingest` runs a batch that lost a deadlock or serialization conflict, at most.
 CONFLICT_ATTEMPTS: Final = 5
-#: Any constant: replicas starting together create the tables one at a time under it.
-_SCHEMA_LOCK: Final = 0x6D62_666C_6565_7401
 
 
 def redacted(url: str) -> str:
@@ -120,19 +118,17 @@ class PostgresStore(ReadQueries):
         return _Qmark(connection)
 
     def _create_tables(self) -> None:
-        db = self._connect("write")
-        with db.connection.transaction():
-            db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
-            for statement in sql.schema(sql.POSTGRES_SERIAL):
-                db.execute(statement)
+        migrations.upgrade(self._connect("write"), migrations.POSTGRES, f"in {redacted(self.url)}")
 
     def _check_tables(self) -> None:
-        found = self._connect("read").execute("SELECT to_regclass('events')").fetchone()
+        db = self._connect("read")
+        found = db.execute("SELECT to_regclass('events')").fetchone()
         if found is None or found[0] is None:
             raise StoreError(
                 f"no fleet store in {redacted(self.url)} (it has no events table; check "
                 "[fleet.store] url)"
             )
+        migrations.check(db, migrations.POSTGRES, f"in {redacted(self.url)}")
 
     async def _run(self, executor: ThreadPoolExecutor, role: str, fn: Callable[[_Qmark], T]) -> T:
         def call() -> T:

@@ -27,7 +27,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from bridge import contract
-from bridge.fleet import sql
+from bridge.fleet import migrations, sql
 from bridge.fleet.state import FINISHED_RANK, RANK, zone_of
 from bridge.fleet.store import (
     Accepted,
@@ -435,8 +435,7 @@ class SqliteStore(ReadQueries):
             db = self._connect()
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            for statement in sql.schema(sql.SQLITE_SERIAL):
-                db.execute(statement)
+            migrations.upgrade(db, migrations.SQLITE, f"at {self.path}")
             self._write_db = db
             self._read_db = self._connect()
         except (OSError, sqlite3.Error) as exc:
@@ -458,8 +457,14 @@ class SqliteStore(ReadQueries):
             found = db.execute(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'"
             ).fetchone()[0]
+            if found:
+                migrations.check(db, migrations.SQLITE, f"at {self.path}")
         except sqlite3.Error as exc:
+            db.close()
             raise StoreError(f"cannot read the fleet store at {self.path}: {exc}") from exc
+        except StoreError:
+            db.close()
+            raise
         if not found:
             db.close()
             raise StoreError(f"{self.path} is not a fleet store (it has no events table)")
