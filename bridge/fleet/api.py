@@ -5,8 +5,8 @@
 - `GET /v1/fleet/upcoming?within=24h`: scheduled notices starting within the horizon,
   soonest first (`within`: seconds or `90m`, `24h`, `7d`; default 24h); scheduled ones with
   no known time are listed apart under `time_unknown`.
-- `GET /v1/fleet/instances`: every instance, `reporting` or `silent`, with its notices in
-  force; `GET /v1/fleet/instances/{name or source}` one of them (404 when unknown).
+- `GET /v1/fleet/instances`: every instance, `reporting`, `silent` or `retired`, with its
+  notices in force; `GET /v1/fleet/instances/{name or source}` one of them (404 when unknown).
 - `GET /v1/fleet/eligible?instance=a&instance=b&horizon=3600`: each candidate eligible or
   not and why, `preferred` the first eligible one in the order given; 200 when one is, 503
   when none is (so `curl -f` fails) - see docs/fleet.md for etcd, Consul and Lease recipes.
@@ -93,7 +93,7 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
     """Instances by state, provider and version, notices in force by provider, zone, kind
     and status, the store's row counts (`/v1/fleet/summary` and `fleet status`)."""
     now = time.time()
-    states: Counter[str] = Counter({"reporting": 0, "silent": 0})
+    states: Counter[str] = Counter({"reporting": 0, "silent": 0, "retired": 0})
     providers: Counter[str] = Counter()
     instances = await store.instances()
     for instance in instances:

@@ -8,6 +8,8 @@ port = 8470
 # tls_key = "/etc/maintenance-bridge/fleet.key"     # with client_ca
 [fleet.store]
 url = "sqlite:///var/lib/maintenance-bridge/fleet.sqlite3"
+[fleet.retention]         # how long the store keeps what: bridge/fleet/retention.py
+events_days = 400
 [[fleet.sources]]
 type = "http"
 secrets = ["env:FLEET_WEBHOOK_SECRET"]
@@ -42,6 +44,7 @@ from bridge.config import apply_env_overrides, read_toml
 from bridge.fleet.auth_config import FleetAuth, check_token
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.kafka_config import KafkaSourceConfig
+from bridge.fleet.retention import FleetRetention
 from bridge.infra import tls
 from bridge.infra.secrets import Secret
 from bridge.infra.validation import ConfigError, FieldError, render_path, validate_into
@@ -190,6 +193,7 @@ class FleetConfig(_Table, frozen=True, kw_only=True):
     store: FleetStore = FleetStore()
     api: FleetApi = FleetApi()
     auth: FleetAuth = FleetAuth()
+    retention: FleetRetention = FleetRetention()
     sources: tuple[Any, ...] = ()
 
     def source_names(self) -> list[str]:

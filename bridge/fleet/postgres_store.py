@@ -166,6 +166,17 @@ class PostgresStore(ReadQueries):
     async def ping(self) -> None:
         await self._read(lambda db: db.execute("SELECT 1").fetchone())
 
+    dialect: Final = migrations.POSTGRES.name
+
+    async def write(self, fn: Callable[[_Qmark], T]) -> T:
+        """`fn(db)` in one write transaction on the writer (retention's batches)."""
+
+        def run(db: _Qmark) -> T:
+            with db.connection.transaction():
+                return fn(db)
+
+        return await self._run(self._writer, "write", run)
+
     async def ingest(self, batch: Batch) -> IngestResult:
         def write(db: _Qmark) -> IngestResult:
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):

@@ -110,7 +110,10 @@ UPSERT_INSTANCE: Final = (
     "first_seen = CASE WHEN excluded.first_seen < instances.first_seen "
     "THEN excluded.first_seen ELSE instances.first_seen END, "
     "last_seen = CASE WHEN excluded.last_seen > instances.last_seen "
-    "THEN excluded.last_seen ELSE instances.last_seen END"
+    "THEN excluded.last_seen ELSE instances.last_seen END, "
+    # Heard from again (a newer event, not a late old one): no longer retired.
+    "retired_at = CASE WHEN excluded.last_seen > instances.last_seen "
+    "THEN NULL ELSE instances.retired_at END"
 )
 
 #: A later heartbeat only: one delivered late never makes a dead sidecar look alive.

@@ -71,8 +71,8 @@ _HISTORY: Final = (
 _INSTANCES: Final = (
     "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
     "resource_group, scale_set, resource_id, first_seen, last_seen, last_heartbeat, "
-    "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at "
-    "FROM instances"
+    "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at, "
+    "retired_at FROM instances"
 )
 _EVENTS: Final = "SELECT seq, ingest, received_at, body FROM events"
 
@@ -503,6 +503,17 @@ class SqliteStore(ReadQueries):
 
     async def ping(self) -> None:
         await self._read(lambda db: db.execute("SELECT 1").fetchone())
+
+    dialect: Final = migrations.SQLITE.name
+
+    async def write(self, fn: Callable[[Any], T]) -> T:
+        """`fn(db)` in one write transaction on the writer (retention's batches)."""
+
+        def run(db: sqlite3.Connection) -> T:
+            with migrations.SQLITE.transaction(db):
+                return fn(db)
+
+        return await self._run(self._writer, run, write=True)
 
     async def ingest(self, batch: Batch) -> IngestResult:
         def write(db: sqlite3.Connection) -> IngestResult:
