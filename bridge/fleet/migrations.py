@@ -30,8 +30,9 @@ reads the version again, so the second replica waits and finds the step done.
   there that an existing database already ran (a column added to a `CREATE TABLE` would
   reach new databases only).
 - Anything else (a new column, a changed index, data moved) is a step: append
-  `Step(N + 1, "what and why", sqlite=(...), postgres=(...))` to `STEPS` (or a function for
-  a step that needs to compute, like `_partition_audit_log`). To turn an `IF NOT EXISTS`
+  `Step(N + 1, "what and why", sqlite=(...), postgres=(...))` to `STEPS` (or `run=` a
+  function for a step that needs to compute, like `_partition_audit_log`; a step that one
+  database does not need still takes its number there, doing nothing). To turn an `IF NOT EXISTS`
   addition into a step, copy its statement into the new step as is (it stays idempotent on
   the databases that already have it) and remove it from `sql.schema`. A step is never
   edited once released; a mistake is fixed by the next step.
@@ -143,10 +144,21 @@ _RETENTION: Final = (
     f"WHERE type = '{_HEARTBEAT}'",
 )
 
+
+def _partition_audit_log(db: Any, dialect: Dialect) -> None:
+    """PostgreSQL only: the audit log partitioned by month, idempotence in `event_keys`
+    (`bridge.fleet.partitions`). SQLite deletes in batches instead and keeps its table."""
+    if dialect is POSTGRES:
+        from bridge.fleet import partitions
+
+        partitions.step(db, time.time())
+
+
 #: Every step, in order; the last one's number is the schema this build writes.
 STEPS: Final[tuple[Step, ...]] = (
     Step(1, "the tables of 0.2.0", run=_v1),
     Step(2, "retention: instances.retired_at, heartbeats by age", _RETENTION, _RETENTION),
+    Step(3, "audit log partitioned by month, de-duplication keys", run=_partition_audit_log),
 )
 LATEST: Final = STEPS[-1].version
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
@@ -35,9 +36,10 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import errors as pgerrors
 
-from bridge.fleet import migrations, sql
-from bridge.fleet.sqlite_store import ReadQueries, apply
+from bridge.fleet import migrations, partitions, sql
+from bridge.fleet.sqlite_store import ReadQueries, apply, event_row
 from bridge.fleet.store import (
+    Accepted,
     Batch,
     IngestResult,
     StoreError,
@@ -118,7 +120,15 @@ class PostgresStore(ReadQueries):
         return _Qmark(connection)
 
     def _create_tables(self) -> None:
-        migrations.upgrade(self._connect("write"), migrations.POSTGRES, f"in {redacted(self.url)}")
+        db = self._connect("write")
+        migrations.upgrade(db, migrations.POSTGRES, f"in {redacted(self.url)}")
+        self._make_months(db)
+
+    @staticmethod
+    def _make_months(db: _Qmark) -> int:
+        """This month's and the next one's partitions of the audit log (idempotent)."""
+        with db.connection.transaction():
+            return partitions.ensure_months(db, [time.time()])
 
     def _check_tables(self) -> None:
         db = self._connect("read")
@@ -182,13 +192,19 @@ class PostgresStore(ReadQueries):
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):
                 try:
                     with db.connection.transaction():
-                        return apply(db, batch)
+                        return apply(db, batch, _insert_events)
                 except (pgerrors.DeadlockDetected, pgerrors.SerializationFailure):
                     if attempt == CONFLICT_ATTEMPTS:
                         raise
             raise AssertionError("unreachable")
 
         return await self._run(self._writer, "write", write)
+
+
+def _insert_events(db: _Qmark, batch: Batch, items: list[Accepted]) -> set[tuple[str, str]]:
+    """The partitioned audit log's writer (`bridge.fleet.partitions.insert_events`)."""
+    rows = [event_row(item) for item in items]
+    return partitions.insert_events(db, batch.received_at, batch.ingest, rows)
 
 
 def _reason(exc: psycopg.Error) -> str:

@@ -128,8 +128,9 @@ class Prunable(Protocol):
     async def write(self, fn: Callable[[Any], T]) -> T:
         """Run `fn(db)` in one write transaction on the store's writer (`?` placeholders)."""
 
-    #: `bridge.fleet.migrations` dialect name: "sqlite" or "postgresql".
-    dialect: str
+    @property
+    def dialect(self) -> str:
+        """`bridge.fleet.migrations` dialect name: "sqlite" or "postgresql"."""
 
 
 # -- one batch each (plain SQL over a DB-API connection with `?` placeholders) ----------------
@@ -231,9 +232,23 @@ class Pruner:
         report.heartbeats = await self._batches(
             lambda db: prune_heartbeats(db, cut.heartbeats, limit)
         )
-        report.events = await self._batches(
-            lambda db: prune_oldest(db, "events", cut.events, limit)
-        )
+        audit = "events"
+        if self.store.dialect == "postgresql":
+            from bridge.fleet import partitions
+
+            await self.store.write(lambda db: partitions.ensure_months(db, [cut.now]))
+            report.partitions = await self.store.write(
+                lambda db: partitions.drop_older(db, cut.events)
+            )
+            keys_cutoff = partitions.keys_cutoff(cut.events)
+            report.keys = await self._batches(
+                lambda db: partitions.prune_keys(db, True, cut.heartbeats, limit)
+            )
+            report.keys += await self._batches(
+                lambda db: partitions.prune_keys(db, False, keys_cutoff, limit)
+            )
+            audit = "events_default"  # the months go whole, above; only strays row by row
+        report.events = await self._batches(lambda db: prune_oldest(db, audit, cut.events, limit))
         report.rejected = await self._batches(
             lambda db: prune_oldest(db, "rejected", cut.rejected, limit)
         )

@@ -94,7 +94,12 @@ def _notice_id(event: contract.Event) -> str | None:
     return None
 
 
-def apply(db: Any, batch: Batch) -> IngestResult:
+#: How `apply` appends a batch's events to the audit log: (db, batch, items) -> the
+#: (source, id) of those that were new (PostgreSQL's partitioned log has its own).
+EventWriter = Callable[[Any, Batch, list[Accepted]], set[tuple[str, str]]]
+
+
+def apply(db: Any, batch: Batch, insert_events: EventWriter | None = None) -> IngestResult:
     """Write `batch` with `db` inside the caller's transaction (any DB-API connection whose
     placeholders are `?`). Returns what was new, known, refused.
 
@@ -103,7 +108,7 @@ def apply(db: Any, batch: Batch) -> IngestResult:
     notice upsert's forward-only rule makes that order irrelevant anyway).
     """
     items = list(batch.accepted)
-    inserted = _insert_events(db, batch, items)
+    inserted = (insert_events or _insert_events)(db, batch, items)
     applied: set[tuple[str, str]] = set()
     lags: list[float] = []
     instances: dict[str, list[Any]] = {}
@@ -173,24 +178,29 @@ def _insert_events(db: Any, batch: Batch, items: list[Accepted]) -> set[tuple[st
     """
     inserted: set[tuple[str, str]] = set()
     for item in items:
-        event = item.event
+        source, id_, type_, instance, notice, time, body = event_row(item)
         cursor = db.execute(
             sql.INSERT_EVENT,
-            (
-                event.source,
-                event.id,
-                event.type,
-                event.instance.name,
-                _notice_id(event),
-                _epoch(event.time),
-                batch.received_at,
-                batch.ingest,
-                item.body.decode(),
-            ),
+            (source, id_, type_, instance, notice, time, batch.received_at, batch.ingest, body),
         )
         if cursor.rowcount == 1:
-            inserted.add((event.source, event.id))
+            inserted.add((source, id_))
     return inserted
+
+
+def event_row(item: Accepted) -> tuple[str, str, str, str, str | None, float, str]:
+    """The audit log's columns of one event: source, id, type, instance, notice_id, time,
+    body (the receive time and the ingest are the batch's)."""
+    event = item.event
+    return (
+        event.source,
+        event.id,
+        event.type,
+        event.instance.name,
+        _notice_id(event),
+        _epoch(event.time),
+        item.body.decode(),
+    )
 
 
 def _merge_instance(instances: dict[str, list[Any]], event: contract.Event, time: float) -> None:

@@ -121,6 +121,10 @@ async def test_an_upgraded_store_goes_on_taking_events(v1_url: str) -> None:
         result = await store.ingest(batch(heartbeat(gce_vm("web-3"), at(70), sequence=1)))
         assert result.accepted == 1
         assert (await store.counts())["events"] == EXPECTED["counts"]["events"] + 1
+        page = await store.events(EventQuery(limit=1000))
+        sequence = [row[0] for row in page.rows]
+        assert sequence == sorted(sequence)  # old numbers kept, the new one after them
+        assert sequence[-1] > sequence[-2] >= EXPECTED["counts"]["events"]
     finally:
         await store.close()
 

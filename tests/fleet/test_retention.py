@@ -80,8 +80,13 @@ async def test_heartbeats_go_first_and_the_rest_after_its_own_retention(store: A
 
     report = await pruner(store, now, retire_after_days=1000)[0].run_pass()
 
-    # 500 days: everything of then goes; 10-day-old heartbeats go; the rest stays.
-    assert (report.events, report.heartbeats) == (1, 6)
+    # 500 days: everything of then goes (on PostgreSQL its month's partition, whole);
+    # 10-day-old heartbeats go; the rest stays.
+    assert report.heartbeats == 6
+    if store.dialect == "sqlite":
+        assert report.events == 1
+    else:  # its month, and the empty ones after it made ahead at open
+        assert (report.events, report.partitions >= 1) == (0, True)
     assert await audit_types(store) == ["completed", "heartbeat"]
     (notice,) = await store.notices(NoticeFilter(), in_force=False)
     assert notice["status"] == "completed"  # the state is kept; only its history is pruned
@@ -106,7 +111,8 @@ async def test_pruning_runs_in_short_batches_with_a_pause_between(store: Any) ->
     assert (await prune.run_pass()).heartbeats == 25
     assert deleted[:3] == [10, 10, 5]  # one transaction each
     assert max(deleted) <= 10
-    assert pauses == [0.25, 0.25]
+    # Between full batches only; PostgreSQL then prunes the 25 de-duplication keys too.
+    assert pauses == [0.25, 0.25] * (1 if store.dialect == "sqlite" else 2)
 
 
 async def test_ingest_gets_through_between_the_batches(store: Any) -> None:
@@ -138,7 +144,7 @@ async def test_ingest_gets_through_between_the_batches(store: Any) -> None:
 
     await asyncio.gather(prune.run_pass(), ingest())
     assert "ingest" in order[:3]  # after the first batch at the latest, not after the pass
-    assert pauses == 10
+    assert pauses >= 10  # 200 heartbeats in batches of 20 (and their keys on PostgreSQL)
 
 
 async def test_refused_inputs_are_bounded_in_age_and_in_count(store: Any) -> None:
