@@ -8,7 +8,6 @@ failing under CI=true).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,11 +28,8 @@ MARCH = datetime(2025, 3, 10, tzinfo=UTC)
 
 
 @pytest.fixture
-async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
-    store = PostgresStore(postgres_url)
-    await store.open()
-    yield store
-    await store.close()
+def store(postgres_store: PostgresStore) -> PostgresStore:
+    return postgres_store
 
 
 def rows(url: str, query: str) -> list[tuple[Any, ...]]:

@@ -9,7 +9,7 @@ failing under CI=true).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -30,11 +30,8 @@ EVENTS = 300_000
 
 
 @pytest.fixture
-async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
-    store = PostgresStore(postgres_url)
-    await store.open()
-    yield store
-    await store.close()
+def store(postgres_store: PostgresStore) -> PostgresStore:
+    return postgres_store
 
 
 async def test_a_broken_connection_fails_one_call_and_the_next_one_works(

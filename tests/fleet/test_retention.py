@@ -62,6 +62,18 @@ def pruner(store: Any, now: datetime, **policy: Any) -> tuple[Pruner, list[float
     return Pruner(store, FleetRetention(**policy), clock=now.timestamp, sleep=pause), pauses
 
 
+def record_writes(store: Any, note: Callable[[int], object]) -> None:
+    """`note` each of the store's write transactions (rows it returned) as it ends."""
+    write = store.write
+
+    async def noted(fn: Callable[[Any], int]) -> int:
+        done: int = await write(fn)
+        note(done)
+        return done
+
+    store.write = noted
+
+
 async def audit_types(store: Any) -> list[str]:
     page = await store.events(EventQuery(limit=1000))
     return [msgspec.json.decode(row[3])["type"].rsplit(".", 1)[-1] for row in page.rows]
@@ -99,14 +111,7 @@ async def test_pruning_runs_in_short_batches_with_a_pause_between(store: Any) ->
     beats = [heartbeat(WEB, T0 + timedelta(seconds=i), sequence=i) for i in range(25)]
     await store.ingest(batch(*beats, received=T0))
     deleted: list[int] = []
-    write = store.write
-
-    async def counted(fn: Callable[[Any], int]) -> int:
-        done: int = await write(fn)
-        deleted.append(done)
-        return done
-
-    store.write = counted
+    record_writes(store, deleted.append)
     prune, pauses = pruner(store, now, batch_rows=10, batch_pause=0.25)
     assert (await prune.run_pass()).heartbeats == 25
     assert deleted[:3] == [10, 10, 5]  # one transaction each
@@ -120,14 +125,7 @@ async def test_ingest_gets_through_between_the_batches(store: Any) -> None:
     beats = [heartbeat(WEB, T0 + timedelta(seconds=i), sequence=i) for i in range(200)]
     await store.ingest(batch(*beats, received=T0))
     order: list[str] = []
-    write = store.write
-
-    async def noted(fn: Callable[[Any], int]) -> int:
-        order.append("prune")
-        done: int = await write(fn)
-        return done
-
-    store.write = noted
+    record_writes(store, lambda _rows: order.append("prune"))
     pauses = 0
 
     async def pause(seconds: float) -> None:
