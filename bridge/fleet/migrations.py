@@ -144,6 +144,14 @@ _RETENTION: Final = (
     f"WHERE type = '{_HEARTBEAT}'",
 )
 
+#: `bridge.fleet.sources.eventhubs_ownership`: who reads which partition of a hub.
+_OWNERS: Final = (
+    "CREATE TABLE IF NOT EXISTS partition_owners (namespace TEXT NOT NULL, "
+    "eventhub TEXT NOT NULL, consumer_group TEXT NOT NULL, partition_id TEXT NOT NULL, "
+    "owner_id TEXT NOT NULL, last_modified DOUBLE PRECISION NOT NULL, etag TEXT NOT NULL, "
+    "PRIMARY KEY (namespace, eventhub, consumer_group, partition_id))",
+)
+
 
 def _partition_audit_log(db: Any, dialect: Dialect) -> None:
     """PostgreSQL only: the audit log partitioned by month, idempotence in `event_keys`
@@ -159,6 +167,7 @@ STEPS: Final[tuple[Step, ...]] = (
     Step(1, "the tables of 0.2.0", run=_v1),
     Step(2, "retention: instances.retired_at, heartbeats by age", _RETENTION, _RETENTION),
     Step(3, "audit log partitioned by month, de-duplication keys", run=_partition_audit_log),
+    Step(4, "Event Hubs partition ownership shared by replicas", _OWNERS, _OWNERS),
 )
 LATEST: Final = STEPS[-1].version
 
