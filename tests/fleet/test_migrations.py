@@ -109,6 +109,12 @@ async def test_a_store_written_by_0_2_0_opens_upgraded_with_everything_kept(v1_u
     finally:
         await store.close()
     assert versions(v1_url) == list(range(1, LATEST + 1))
+    reader = build_store(v1_url, read_only=True)  # `fleet status` after the upgrade
+    await reader.open()
+    try:
+        assert await contents(reader) == EXPECTED
+    finally:
+        await reader.close()
 
 
 async def test_an_upgraded_store_goes_on_taking_events(v1_url: str) -> None:
