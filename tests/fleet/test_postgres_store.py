@@ -15,8 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from bridge.fleet import sql
+from bridge.fleet import partitions, sql
 from bridge.fleet.postgres_store import READERS, PostgresStore
+from bridge.fleet.retention import DAY, prune_heartbeats
 from bridge.fleet.sqlite_store import Reads
 from bridge.fleet.store import EventQuery, NoticeFilter, StoreError
 from tests.fleet.factories import batch, gce_vm, heartbeat
@@ -147,6 +148,11 @@ QUERIES: dict[str, Callable[[Any], Any]] = {
     "instances by name (eligible)": lambda db: Reads.instances(db, ["vm-1", "vm-2"]),
     "audit log page after a cursor": lambda db: Reads.events(db, EventQuery(cursor=290_000)),
     "one instance's audit log": lambda db: Reads.events(db, EventQuery(instance="vm-17")),
+    # Retention's batches run beside ingest: they must find their rows by index too.
+    "retention: a batch of heartbeats": lambda db: prune_heartbeats(db, time.time() - DAY, 1000),
+    "retention: a batch of heartbeat keys": lambda db: partitions.prune_keys(
+        db, True, time.time() - DAY, 1000
+    ),
 }
 
 
