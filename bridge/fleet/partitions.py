@@ -34,6 +34,8 @@ from bridge.fleet.migrations import POSTGRES_LOCK as _LOCK
 
 _HEARTBEAT: Final = contract.HEARTBEAT
 _MONTH: Final = re.compile(r"^events_(\d{4})_(\d{2})$")
+#: How long a partition change waits for the locks it needs before giving up for this pass.
+LOCK_TIMEOUT: Final = "2s"
 EVENT_COLUMNS: Final = "source, id, type, instance, notice_id, time, received_at, ingest, body"
 
 
@@ -110,8 +112,11 @@ def step(db: Any, now: float) -> None:
 def ensure_months(db: Any, moments: Sequence[float]) -> int:
     """Every month from the earliest of `moments` to the month after the latest has its
     partition (created under the lock; rows of DEFAULT in its range moved into it).
-    Returns how many were created."""
+    Returns how many were created. Attaching locks the DEFAULT partition, which a long read
+    holds too: like `drop_older`, it gives up after `LOCK_TIMEOUT` (then the next pass,
+    long before the month begins, makes it) rather than queue the reads behind it."""
     db.execute("SELECT pg_advisory_xact_lock(?)", (_LOCK,))
+    db.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
     existing = set(_partitions(db))
     year, month = month_of(min(moments))
     last = next_month(*month_of(max(moments)))
@@ -151,8 +156,14 @@ def _create(db: Any, year: int, month: int) -> None:
 
 
 def drop_older(db: Any, cutoff: float) -> int:
-    """Drop every month partition that ends at or before `cutoff`; how many."""
+    """Drop every month partition that ends at or before `cutoff`; how many.
+
+    Dropping a partition locks the whole audit log for an instant, but it must wait for the
+    queries already running on it, and everything arriving meanwhile would queue behind
+    it: `lock_timeout` makes it give up after two seconds instead (the next pass tries
+    again) so a long export never turns into stalled ingest."""
     db.execute("SELECT pg_advisory_xact_lock(?)", (_LOCK,))
+    db.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
     dropped = 0
     for year, month in _partitions(db):
         if bounds(year, month)[1] <= cutoff:

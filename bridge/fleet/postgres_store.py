@@ -33,6 +33,7 @@ it; the pool drops it and opens another, so a source's retry finds the store bac
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,7 @@ from bridge.fleet.store import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger("bridge.fleet.store")
 #: Seconds to wait for a connection before the call fails (and readiness says so).
 CONNECT_TIMEOUT: Final = 10
 #: Threads (and pooled connections) serving reads at once; the writer has one more.
@@ -137,8 +139,11 @@ class PostgresStore(ReadQueries):
                 migrations.check(db, migrations.POSTGRES, where)
             else:
                 migrations.upgrade(db, migrations.POSTGRES, where)
-                with connection.transaction():
-                    partitions.ensure_months(db, [time.time()])
+                try:
+                    with connection.transaction():
+                        partitions.ensure_months(db, [time.time()])
+                except pgerrors.LockNotAvailable as exc:  # a long read; retention retries
+                    log.warning("fleet store: partitions not made at start: %s", _reason(exc))
         pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.url,
             min_size=2,

@@ -102,3 +102,24 @@ async def test_stray_rows_of_default_move_into_their_month_when_it_is_made(
     assert created == 2  # June and July 2031
     assert where_events_are(store.url) == {"events_2031_06": 1}
     assert len((await store.events(EventQuery())).rows) == 1
+
+
+async def test_a_month_held_by_a_long_read_is_dropped_by_a_later_pass_not_waited_for(
+    store: PostgresStore,
+) -> None:
+    await store.write(lambda db: partitions.ensure_months(db, [MARCH.timestamp()]))
+    await store.ingest(batch(transition(VM, "n-1", Status.STARTED, MARCH), received=MARCH))
+    now = datetime(2026, 6, 1, tzinfo=UTC)  # March 2025 is past 400 days
+    with psycopg.connect(store.url) as export:  # a long read: its transaction stays open
+        export.execute(b"SELECT COUNT(*) FROM events").fetchone()
+        report = await Pruner(store, FleetRetention(), clock=now.timestamp).run_pass()
+        assert report.partitions == 0  # gave up after lock_timeout; ingest never queued
+        assert "events_2025_03" in where_events_are_now(export)
+    report = await Pruner(store, FleetRetention(), clock=now.timestamp).run_pass()
+    assert report.partitions >= 1
+    assert where_events_are(store.url) == {}
+
+
+def where_events_are_now(connection: psycopg.Connection[Any]) -> set[str]:
+    rows = connection.execute(b"SELECT relname FROM pg_class WHERE relname LIKE 'events_2%'")
+    return {str(name) for (name,) in rows.fetchall()}
