@@ -426,3 +426,8 @@ def rfc3339(value: datetime) -> str:
     """UTC RFC 3339 with a `Z`, as every timestamp of the contract."""
     text: str = msgspec.to_builtins(value.astimezone(UTC))
     return text
+
+
+def epoch_rfc3339(seconds: float) -> str:
+    """Unix seconds (how the fleet's store keeps times) as the contract writes times."""
+    return rfc3339(datetime.fromtimestamp(seconds, UTC))

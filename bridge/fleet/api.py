@@ -36,7 +36,6 @@ import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, Final, get_args
 
@@ -44,7 +43,7 @@ import msgspec
 from aiohttp import web
 
 from bridge import contract
-from bridge.contract import from_cloudevent, rfc3339
+from bridge.contract import epoch_rfc3339, from_cloudevent
 from bridge.fleet import metrics, rollout, state
 from bridge.fleet.config import FleetApi
 from bridge.fleet.metrics import IngestStats
@@ -134,11 +133,6 @@ def choice(query: Mapping[str, str], name: str, allowed: Sequence[str]) -> str |
     if value is not None and value not in allowed:
         raise BadQuery(f"{name}: {value!r} is not one of {', '.join(allowed)}")
     return value
-
-
-def epoch_rfc3339(seconds: float) -> str:
-    """Unix seconds as the contract writes times (`contract.rfc3339`: UTC, `Z`)."""
-    return rfc3339(datetime.fromtimestamp(seconds, UTC))
 
 
 def _start(notice: dict[str, Any]) -> float | None:

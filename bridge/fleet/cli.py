@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from bridge import contract
-from bridge.fleet.api import BadQuery, epoch_rfc3339, fleet_summary, moment
+from bridge.contract import epoch_rfc3339
+from bridge.fleet.api import BadQuery, fleet_summary, moment
 from bridge.fleet.backup import BackupError, backup, restore, sqlite_path
 from bridge.fleet.config import FleetConfig, load_fleet_config
 from bridge.fleet.identity import ledger

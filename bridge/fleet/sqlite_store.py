@@ -91,9 +91,7 @@ def _epoch(value: Any) -> float:
 
 
 def _rfc3339(value: float | None) -> str | None:
-    if value is None:
-        return None
-    return contract.rfc3339(datetime.fromtimestamp(value, UTC))
+    return None if value is None else contract.epoch_rfc3339(value)
 
 
 def _notice_id(event: contract.Event) -> str | None:
