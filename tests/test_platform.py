@@ -3,7 +3,8 @@
 `bridge.infra.platform.windows.Windows` makes every Windows call through `Win32`; here a recorder
 stands in for pywin32 (which cannot run on Linux) and the tests check which calls are made,
 with what, and when. The same goes for the Windows service
-(`bridge.service.ServiceManager`).
+(`bridge.infra.platform.services.ServiceManager`, run by
+`bridge.app.service`).
 What is real: the POSIX strategy, the lock, the bridge run that a service stop request ends,
 and the walk over the sources that keeps every platform difference in `bridge/infra/platform/`.
 """
@@ -25,11 +26,12 @@ from pathlib import Path, PureWindowsPath
 import pytest
 import yaml
 
-from bridge import service
 from bridge.actions import hooks
+from bridge.app import service
 from bridge.config import Hook, load_config
 from bridge.infra import platform, statelock
 from bridge.infra.platform.base import Platform
+from bridge.infra.platform.services import ServiceRegistration
 from bridge.infra.platform.windows import CREATE_NEW_PROCESS_GROUP, Windows
 from bridge.infra.prometheus import Exposition
 from bridge.simulator import Simulator, SimulatorThread
@@ -301,12 +303,12 @@ def test_metrics_leave_out_what_the_platform_does_not_know(
 
 @dataclass
 class RecordingServices:
-    """Stands in for the Service Control Manager (`bridge.service.ServiceManager`)."""
+    """Stands in for the Service Control Manager (`platform.services.ServiceManager`)."""
 
     state: str = "not installed"
     calls: list[tuple[str, object]] = field(default_factory=list)
 
-    def install(self, spec: service.ServiceSpec) -> None:
+    def install(self, spec: ServiceRegistration) -> None:
         self.calls.append(("install", spec))
         self.state = "stopped"
 
@@ -337,7 +339,7 @@ def test_service_install_registers_the_class_options_and_recovery(tmp_path: Path
     assert service.control("install", manager, spec)[0] == 0
     ((_, installed),) = manager.calls
     assert isinstance(installed, service.ServiceSpec)
-    assert installed.python_class == "bridge.infra.platform.winservice.BridgeService"
+    assert installed.python_class == "bridge.app.winservice.BridgeService"
     assert installed.options == {"config": str(config), "event_log": "1"}
     assert installed.restart_delays_ms == (5_000, 5_000, 30_000)
 
