@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import logging
 import os
 import re
 import subprocess
@@ -31,7 +32,7 @@ from bridge.app import service
 from bridge.config import Hook, load_config
 from bridge.infra import platform, statelock
 from bridge.infra.platform.base import Platform
-from bridge.infra.platform.services import ServiceRegistration
+from bridge.infra.platform.services import ServiceProgram, ServiceRegistration
 from bridge.infra.platform.windows import CREATE_NEW_PROCESS_GROUP, Windows
 from bridge.infra.prometheus import Exposition
 from bridge.simulator import Simulator, SimulatorThread
@@ -404,6 +405,33 @@ def test_a_service_with_a_bad_configuration_exits_2(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[delivery]\nshutdown_timeout = -1\n")
     assert service.run_service(config, service.StopRequest()) == 2
+
+
+def test_the_service_host_is_handed_the_bridge_and_its_log(tmp_path: Path) -> None:
+    """What the platform's service host calls (`ServiceProgram`): `run` with the configured
+    file and the service's log file, where a configuration error is told (exit status 2,
+    which the host does not restart)."""
+    config = tmp_path / "config.toml"
+    config.write_text("[delivery]\nshutdown_timeout = -1\n")
+    log_file = tmp_path / "logs" / "maintenance-bridge.log"
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    program: ServiceProgram = service.BridgeProgram()
+    try:
+        assert program.run(config, log_file, None) == 2
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers[:], root.level = handlers, level
+    (line,) = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert line["level"] == "error"
+    assert "shutdown_timeout" in line["message"]
+
+
+@pytest.mark.posix
+def test_the_service_host_off_windows_says_where_to_look() -> None:
+    with pytest.raises(RuntimeError, match="Windows only; on Linux run the bridge under systemd"):
+        platform.service_host("name", "display", "description", service.BridgeProgram)
 
 
 def test_the_windows_deployment_agrees_with_the_bridge() -> None:

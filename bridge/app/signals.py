@@ -1,5 +1,11 @@
 """How a program stops: the one signal handling of the long-running commands (`run`, `demo`,
-`demo --fleet`, `fleet serve`)."""
+`demo --fleet`, `fleet serve`).
+
+Two programs keep a policy of their own on the platform's primitive
+(`Platform.install_stop_handlers`): `simulate` also stops on SIGHUP (a closed terminal must not
+leave a simulator behind) and `elect` never exits at once on a second signal (its command is
+stopped and the leadership resigned first, in that order, however often it is asked).
+"""
 
 from __future__ import annotations
 
