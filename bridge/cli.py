@@ -1,31 +1,24 @@
-"""The `maintenance-bridge` command line."""
+"""The `maintenance-bridge` command line: the arguments, and which program of bridge/app/ runs.
+
+Nothing here runs a command: each one is a function of `bridge.app`, imported only when chosen,
+so that `run` loads neither the fleet nor the simulator.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import logging
-import os
-import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bridge.config import CONFIG_ENV, Config, ConfigError, load_config, parse_config
+from bridge.app.exits import EXIT_CONFIG as EXIT_CONFIG
+from bridge.app.exits import EXIT_OK
+from bridge.config import CONFIG_ENV, Config, ConfigError
 from bridge.infra import stdout
 from bridge.pipeline.spool import SpoolError
 from bridge.surface.about import ShowVersion
-
-if TYPE_CHECKING:
-    from bridge.runner import ProviderName
-
-log = logging.getLogger("bridge")
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_CONFIG = 2
 
 DESCRIPTION = """\
 Watch the cloud's own VM maintenance notices (GCE metadata server, Azure Scheduled Events,
@@ -60,101 +53,10 @@ def _speed(text: str) -> float:
     return value
 
 
-def _add_fleet_parser(commands: Any) -> None:
-    """`fleet [serve|status|validate-config|export|backup|restore]` (run by
-    bridge/fleet/cli.py, imported only then)."""
-    fleet = commands.add_parser(
-        "fleet",
-        help="the fleet service: ingest every sidecar's events, serve the fleet state",
-        description="Run the fleet service (default), print its summary, export its audit "
-        "log, or back up and restore its SQLite store. The service ingests the events of "
-        "every sidecar (POST /v1/events, the webhook sink's target), keeps one fleet state "
-        "(SQLite by default) and serves /v1/fleet/... (notices, upcoming, instances, "
-        "eligible, summary, events), /metrics, /healthz and /readyz. See docs/fleet.md.",
-    )
-    fleet.add_argument(
-        "--config", "-c", type=Path, default=None, help="TOML file with the [fleet] tables"
-    )
-    actions = fleet.add_subparsers(dest="fleet_command", metavar="ACTION")
-    actions.add_parser(
-        "serve",
-        help="run the fleet service (the default)",
-        description="Run the fleet service until SIGTERM or Ctrl-C: ingest the sidecars' "
-        "events from the configured sources, keep the fleet state in the store and serve the "
-        "API, the dashboard at /, /metrics, /healthz and /readyz (127.0.0.1 unless "
-        "[fleet.listener] says otherwise). See docs/fleet.md.",
-    )
-    actions.add_parser(
-        "status",
-        help="print the fleet summary as tables",
-        description="Print the fleet summary as tables: instances (reporting, silent, by "
-        "provider), the notices in force by provider, zone, kind and status, and the store's "
-        "row counts. Reads the store named by [fleet.store] url directly, so it works whether "
-        "or not the service runs (GET /v1/fleet/summary gives the same as JSON).",
-    )
-    check = actions.add_parser(
-        "validate-config",
-        help="check the [fleet] tables of the configuration and exit",
-        description="Check the [fleet] tables of the configuration (one file may also hold the "
-        "sidecar's tables, which `maintenance-bridge validate-config` checks) and exit: 0 when "
-        "valid, 2 with one line per mistake otherwise.",
-    )
-    export = actions.add_parser(
-        "export",
-        help="write the audit log (every event as received) for auditors",
-        description="Write the fleet's audit log to stdout: every event as it was received "
-        "(with when and how it came in), oldest first, as JSON lines or CSV, optionally only "
-        "a time range, one instance or one event type. Reads the store directly.",
-    )
-    export.add_argument("--since", help="event time from (RFC 3339 or Unix seconds)")
-    export.add_argument("--until", help="event time before (RFC 3339 or Unix seconds)")
-    export.add_argument("--instance", help="only this instance (name or source)")
-    export.add_argument("--type", help="only this event type")
-    export.add_argument(
-        "--format", choices=["jsonl", "csv"], default="jsonl", help="default: jsonl"
-    )
-    allow = actions.add_parser(
-        "allow-attestation",
-        help="let an AWS instance enroll once more (its identity document is taken once)",
-        description="Let one AWS instance enroll once more. An AWS identity document has no "
-        "audience, nonce or expiry, so the fleet takes each instance's document once (trust on "
-        "first use) and refuses a second enrollment until an operator allows it here, e.g. "
-        "after the instance's sidecar lost its state. Writes to the existing store named by "
-        "[fleet.store] url; exits 1 when the instance never enrolled.",
-    )
-    allow.add_argument("instance", help="the instance's ARN (its events' source)")
-    backup = actions.add_parser(
-        "backup",
-        help="copy the live SQLite store to PATH (consistent, while it serves)",
-        description="Copy the live SQLite store to PATH with SQLite's online backup: a "
-        "consistent, checked, self-contained file, taken while the service ingests. PATH must "
-        'not exist. For a PostgreSQL store use pg_dump (docs/operations.md, "Backups").',
-    )
-    backup.add_argument("path", type=Path, metavar="PATH", help="a new file for the copy")
-    restore = actions.add_parser(
-        "restore",
-        help="put a backup in place of the SQLite store (the service stopped)",
-        description="Put a file made by `fleet backup` in place of the SQLite store named by "
-        "[fleet.store] url. Refused while a service has the store open: stop it first.",
-    )
-    restore.add_argument("path", type=Path, metavar="PATH", help="a file made by fleet backup")
-    for sub in (
-        actions.choices["serve"],
-        actions.choices["status"],
-        check,
-        export,
-        backup,
-        restore,
-        allow,
-    ):
-        sub.add_argument(
-            "--config", "-c", type=Path, default=argparse.SUPPRESS, help="as for fleet"
-        )
-
-
 def build_parser() -> argparse.ArgumentParser:
     from bridge.actions.coordination import elect_args as elect_cli
-    from bridge.simulator import cli as simulator_cli
+    from bridge.app import simulate as simulate_args
+    from bridge.cli_fleet import add_fleet_parser
 
     parser = argparse.ArgumentParser(
         prog="maintenance-bridge",
@@ -231,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "schema version 1: the file schemas/maintenance-event.v1.json, shipped in the package. "
         "Version 1 only grows additively; consumers ignore fields they do not know.",
     )
-    _add_fleet_parser(commands)
+    add_fleet_parser(commands)
 
     doctor = commands.add_parser(
         "doctor",
@@ -276,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--provider aws or all) AWS EC2 IMDS on localhost, "
         "playing a scripted scenario; drive it live through /_sim/ (see README).",
     )
-    simulator_cli.add_arguments(simulate)
+    simulate_args.add_arguments(simulate)
 
     elect = commands.add_parser(
         "elect",
@@ -370,283 +272,6 @@ def _add_service_parser(commands: Any) -> None:
         actions.add_parser(action, help=text, description=f"Windows: {text}.")
 
 
-def _service(args: argparse.Namespace) -> int:
-    from bridge import service
-    from bridge.infra import platform
-
-    try:
-        manager = platform.service_manager()
-    except RuntimeError as exc:
-        print(f"maintenance-bridge service: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    config = getattr(args, "config", None) or platform.current().default_config_file()
-    spec = service.ServiceSpec(config.resolve(), getattr(args, "event_log", False))
-    try:
-        code, message = service.control(args.service_command, manager, spec)
-    except service.ServiceError as exc:
-        print(f"maintenance-bridge service {args.service_command}: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    print(message, file=sys.stdout if code in (0, 3) else sys.stderr)
-    return code
-
-
-# -- commands -------------------------------------------------------------------------------
-
-
-def _load(path: Path | None) -> tuple[Config, Path | None]:
-    """The configuration (stdout when no sink is configured) and the file it came from."""
-    config, source = load_config(path)
-    if not config.sinks:
-        config = config.with_sinks(parse_config({"sinks": [{"type": "stdout"}]}).sinks)
-    return config, source
-
-
-def _install_signal_handlers(stop: asyncio.Event) -> None:
-    """Stop on SIGINT/SIGTERM (Ctrl+C/Ctrl+Break on Windows), exit at once on the second.
-
-    SIGHUP is logged and ignored rather than taken as a reload: swapping sinks, watchers or
-    hooks under a running spool is where events get lost or doubled, and a restart (which
-    delivers what is in flight and resumes from the checkpoints) applies a change safely.
-    """
-    from bridge.infra import platform
-
-    requests: list[str] = []
-
-    def requested(name: str) -> None:
-        requests.append(name)
-        if len(requests) > 1:
-            log.warning("received %s again: exiting at once", name)
-            os._exit(128 + signal.Signals[name] if name in signal.Signals.__members__ else 1)
-        log.info("received %s: shutting down (send it again to exit at once)", name)
-        stop.set()
-
-    def hangup() -> None:
-        log.warning(
-            "received SIGHUP: ignored; the configuration is read at start only, "
-            "restart the bridge to apply a change"
-        )
-
-    platform.current().install_stop_handlers(asyncio.get_running_loop(), requested, hangup)
-
-
-async def _detect_until_stopped(config: Config, stop: asyncio.Event) -> ProviderName | None:
-    """Detect the cloud, retrying with backoff; None when asked to stop first."""
-    from bridge.infra.backoff import retry_logger, retry_until_done
-    from bridge.providers.detect import DetectionError, detect
-
-    async def attempt() -> ProviderName | None:
-        return None if stop.is_set() else await detect(config.source)
-
-    async def until_stopped(delay: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
-
-    return await retry_until_done(
-        attempt,
-        retry_on=DetectionError,
-        initial=2.0,
-        maximum=60.0,
-        before_sleep=retry_logger(log, "no cloud detected"),
-        sleep=until_stopped,
-    )
-
-
-async def _run(
-    config: Config, stop: asyncio.Event | None = None, *, handle_signals: bool = True
-) -> int:
-    """The sidecar until `stop` is set (or a signal asks; a Windows service stops it)."""
-    from bridge.compose import compose
-    from bridge.infra import statelock
-    from bridge.surface.health import HealthMonitor
-    from bridge.surface.listener import ListenerError
-    from bridge.surface.routes import serving
-
-    stop = stop or asyncio.Event()
-    if handle_signals:
-        _install_signal_handlers(stop)
-    monitor = HealthMonitor()
-    try:
-        with statelock.holding(config.state.dir):
-            async with serving(config.listener, monitor):
-                monitor.phase = "detecting"
-                provider = await _detect_until_stopped(config, stop)
-                if provider is None:
-                    return EXIT_OK
-                bridge = compose(config, [provider])
-                monitor.attach(bridge)
-                checks = asyncio.create_task(monitor.run_sink_checks(), name="sink-checks")
-                try:
-                    await bridge.run(stop)
-                finally:
-                    monitor.phase = "stopping"
-                    checks.cancel()
-    except statelock.StateDirInUse as exc:
-        print(f"maintenance-bridge: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except statelock.StateDirError as exc:  # a restart cannot create it: as a config error
-        print(f"maintenance-bridge: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except ListenerError as exc:
-        print(f"maintenance-bridge: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    return EXIT_OK
-
-
-async def serve(path: Path | None, stop: asyncio.Event) -> int:
-    """`run` stopped by `stop` alone, no signal handlers (the Windows service's thread)."""
-    try:
-        config, _ = _load(path)
-    except ConfigError as exc:
-        log.error("%s", exc.render())
-        return EXIT_CONFIG
-    return await _run(config, stop, handle_signals=False)
-
-
-async def _once(config: Config) -> int:
-    from bridge.pipeline.events import serialize, to_cloudevent
-    from bridge.providers.detect import DetectionError, detect
-    from bridge.runner import watcher_factory
-
-    try:
-        provider = await detect(config.source)
-    except DetectionError as exc:
-        print(f"maintenance-bridge: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    watcher = watcher_factory(config, provider)(None)
-    for notice in await watcher.snapshot():
-        sys.stdout.write(serialize(to_cloudevent(notice)).decode() + "\n")
-    return EXIT_OK
-
-
-async def _demo(args: argparse.Namespace) -> int:
-    from bridge.compose import compose
-    from bridge.infra import statelock
-    from bridge.providers import registry as providers
-    from bridge.simulator import Simulator
-    from bridge.surface.health import HealthMonitor
-    from bridge.surface.routes import serving
-    from sinks.stdout import StdoutSink
-
-    # Azure's advice is a poll a second; under --speed the scenario's seconds pass faster, so
-    # the demo polls as often in scenario time (a `Started` of 5 s lasts 0.5 s at --speed 10),
-    # within the simulated IMDS's rate limit of 5 requests a second.
-    azure_poll = max(1.0 / args.speed, 0.25)
-    import tempfile  # here, not at the top: it costs every `run` process 0.8 MiB (shutil, bz2, ...)
-
-    async with Simulator(provider="all", scenario=args.scenario, speed=args.speed) as sim:
-        with (
-            tempfile.TemporaryDirectory(prefix="maintenance-bridge-demo-") as state_dir,
-            statelock.holding(Path(state_dir)),
-        ):
-            config = parse_config(
-                {
-                    "source": {
-                        "gce": {"metadata_url": sim.gce_url, "long_poll_timeout": 30},
-                        "azure": {"imds_url": sim.azure_url, "poll_interval": azure_poll},
-                        "aws": {"imds_url": sim.aws_url, "maintenance_poll_interval": 1.0},
-                    },
-                    "state": {"dir": state_dir},
-                    "delivery": {"shutdown_timeout": 2.0},
-                    "listener": {"port": 0},  # a free port: never clashes with a real bridge
-                }
-            )
-            stop = asyncio.Event()
-            closed = asyncio.Event()
-
-            def output_closed() -> None:  # `demo | head`: nobody reads what comes next
-                closed.set()
-                stop.set()
-
-            sink = StdoutSink("stdout", pretty=args.pretty, on_closed=output_closed)
-            bridge = compose(config, providers.names(), [sink])
-            monitor = HealthMonitor()
-            monitor.attach(bridge)
-            _install_signal_handlers(stop)
-            log.info(
-                "simulator at %s, playing scenario %r at speed %g (Ctrl-C to stop)",
-                sim.base_url,
-                args.scenario,
-                args.speed,
-            )
-            async with serving(config.listener, monitor) as listener:
-                assert listener is not None
-                log.info(
-                    "while it plays: curl %s/v1/eligible (or /v1/notices, /metrics, /readyz)",
-                    listener.url,
-                )
-                runner = asyncio.create_task(bridge.run(stop))
-                while not stop.is_set() and sim.pending_steps:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), 0.5)
-                if not stop.is_set():
-                    await asyncio.sleep(3.0)  # let the last notices be seen and delivered
-                    log.info("scenario over: %d notice(s) delivered", bridge.notices_seen)
-                    stop.set()
-                await runner
-    return stdout.EXIT_OUTPUT_CLOSED if closed.is_set() else EXIT_OK
-
-
-async def _doctor(args: argparse.Namespace, config: Config, source: Path | None) -> int:
-    from bridge.surface.doctor import Doctor, logs_kept_for_the_report, render
-
-    doctor = Doctor(config, source, args.timeout)
-    with logs_kept_for_the_report(keep=not args.verbose) as logged:
-        findings = await doctor.run(send_test_event=args.send_test_event)
-    sys.stdout.write(render(findings, logged))
-    return EXIT_FAILURE if any(f.verdict == "fail" for f in findings) else EXIT_OK
-
-
-async def _spool(args: argparse.Namespace, config: Config) -> int:
-    import datetime as dt
-
-    from bridge.pipeline.spool import Spool
-
-    spool = Spool(config.state.dir, config.sink_names())
-    if not spool.path.exists():
-        print(f"no spool at {spool.path}", file=sys.stderr)
-        return EXIT_FAILURE
-    await spool.open()
-    try:
-        if args.spool_command == "list":
-            depth = await spool.depth()
-            print(f"spool: {spool.path}")
-            for sink, (count, oldest) in sorted(depth.items()):
-                if args.sink and sink != args.sink:
-                    continue
-                age = (
-                    f", oldest {dt.datetime.fromtimestamp(oldest, dt.UTC):%Y-%m-%d %H:%M:%S}Z"
-                    if oldest
-                    else ""
-                )
-                print(f"pending  {sink}: {count} event(s){age}")
-            letters = await spool.dead_letters(args.sink)
-            print(f"dead letters: {len(letters)}")
-            for d in letters:
-                when = dt.datetime.fromtimestamp(d.at, dt.UTC)
-                print(
-                    f"  seq={d.seq} sink={d.sink} id={d.id} type={d.type} attempts={d.attempts} "
-                    f"at={when:%Y-%m-%d %H:%M:%S}Z reason={d.reason}"
-                )
-        elif args.spool_command == "replay":
-            count = await spool.replay(args.sink, args.seq)
-            print(
-                f"replayed {count} event(s); a running bridge sends them within seconds, a "
-                "stopped one when it starts"
-            )
-        else:
-            count = await spool.purge(args.sink, args.seq)
-            print(f"purged {count} dead-lettered event(s)")
-    finally:
-        await spool.close()
-    return EXIT_OK
-
-
-async def _elect(args: argparse.Namespace, config: Config) -> int:
-    from bridge.actions.coordination import elect
-
-    return await elect.main(args, config.coordination)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The console script: every command, the fleet's too, ends quietly when the reader of
     its output goes away (`... | head -1`), see `bridge.infra.stdout`."""
@@ -668,49 +293,37 @@ def _main(argv: Sequence[str] | None) -> int:
             sys.stdout.write(schema_text())
             return EXIT_OK
         if command == "fleet":
-            from bridge.fleet.cli import main as fleet_main
+            from bridge.app import fleet
 
-            return fleet_main(args)
+            return fleet.main(args)
         if command == "demo" and args.fleet:
-            from bridge.fleet.demo import run_demo
+            from bridge.app.fleet_demo import run_demo
 
             return asyncio.run(run_demo(args))
         if command == "simulate":
-            from bridge.simulator import cli as simulator_cli
+            from bridge.app import simulate
 
-            return simulator_cli.run(args)
+            return simulate.run(args)
         if command == "demo":
-            return asyncio.run(_demo(args))
+            from bridge.app import demo
+
+            return asyncio.run(demo.main(args))
         if command == "service":
-            return _service(args)
+            from bridge.app import service
+
+            return service.main(args)
+        from bridge.app import sidecar
+
         if command == "validate-config":
-            config, path = load_config(args.config or args.path)
-            where = path or "defaults and environment"
-            approving = config.approval.leader != "none" and (
-                config.approval.rules or config.approval.preset
-            )
-            print(
-                f"{where}: valid ({len(config.sinks)} sink(s): "
-                f"{', '.join(config.sink_names()) or 'none, stdout will be used'}; "
-                f"{len(config.hooks)} hook(s); Azure approval "
-                f"{'leader = ' + config.approval.leader if approving else 'off'})"
-            )
-            return EXIT_OK
+            return sidecar.validate_config(args.config or args.path)
         if command == "spool":
             from bridge.infra.secrets import placeholders_for_missing
 
             with placeholders_for_missing():  # the spool commands need the sinks' names only
-                config, source = _load(args.config)
+                config, source = sidecar.load(args.config)
         else:
-            config, source = _load(args.config)
-        runners: dict[str, Any] = {
-            "run": lambda: _run(config),
-            "once": lambda: _once(config),
-            "spool": lambda: _spool(args, config),
-            "doctor": lambda: _doctor(args, config, source),
-            "elect": lambda: _elect(args, config),
-        }
-        return int(asyncio.run(runners[command]()))
+            config, source = sidecar.load(args.config)
+        return asyncio.run(_program(args, config, source))
     except ConfigError as exc:
         print(f"maintenance-bridge: {exc.render()}", file=sys.stderr)
         return EXIT_CONFIG
@@ -719,3 +332,24 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
+
+
+def _program(
+    args: argparse.Namespace, config: Config, source: Path | None
+) -> Coroutine[Any, Any, int]:
+    """The program of a command that runs on the sidecar's configuration."""
+    from bridge.app import sidecar
+
+    if args.command == "run":
+        return sidecar.run(config)
+    if args.command == "once":
+        return sidecar.once(config)
+    if args.command == "doctor":
+        return sidecar.doctor(args, config, source)
+    if args.command == "spool":
+        from bridge.app import spool
+
+        return spool.main(args, config)
+    from bridge.app import elect
+
+    return elect.main(args, config)

@@ -39,9 +39,11 @@ LAYERS: dict[str, str] = {
     "bridge.surface": "surface",
     "bridge.simulator": "simulator",
     "bridge.fleet": "fleet",
+    "bridge.app": "app",
     "bridge.cli": "entry",
-    "bridge.service": "entry",
+    "bridge.cli_fleet": "entry",
     "bridge.__main__": "entry",
+    "bridge.simulator.__main__": "entry",
 }
 
 # What each layer may import (besides itself and `root`).
@@ -63,16 +65,19 @@ ALLOWED: dict[str, set[str]] = {
     },
     "simulator": {"infra", "contract", "registry"},
     # The fleet service verifies webhook signatures with the webhook sink's own code.
-    "fleet": {"infra", "contract", "config", "sinks-api", "sinks", "surface", "runner", "pipeline"}
-    | {"simulator", "entry"},
-    "entry": {
+    # Logic only: never a program, so never `app` or the entry points.
+    "fleet": {"infra", "contract", "config", "sinks", "surface", "pipeline"},
+    # The programs: each command from start to exit (the demo prints with the stdout sink).
+    "app": {
         *("infra", "contract", "config", "pipeline", "providers", "actions", "runner"),
         *("surface", "simulator", "fleet", "sinks-api", "sinks"),
     },
+    # The command line: parses the arguments and calls the program in `app`.
+    "entry": {"infra", "config", "pipeline", "actions", "surface", "app"},
 }
 
 # Every layer from the configuration up may read the provider registry.
-for _layer in ("pipeline", "providers", "actions", "runner", "surface", "fleet", "entry"):
+for _layer in ("pipeline", "providers", "actions", "runner", "surface", "fleet", "app", "entry"):
     ALLOWED[_layer].add("registry")
 
 # Named exceptions, each with its reason.
@@ -80,9 +85,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     # The configuration declares each section's model; the coordination section's lives with
     # the coordination engine that reads it (its settings module imports only the infra).
     ("bridge.config", "bridge.actions.coordination.settings"): "a config section's model",
-    # The Windows service host is the top of a Windows process, and lives in the platform
-    # layer because only that layer may import pywin32 (tests/test_platform.py).
-    ("bridge.infra.platform.winservice", "bridge.service"): "the Windows service host",
 }
 
 
@@ -184,6 +186,8 @@ def test_the_rule_sees_what_it_forbids() -> None:
         ("sinks.webhook", "sinks"),
         ("sinks.api", "sinks-api"),
         ("bridge.infra.platform.posix", "infra"),
+        ("bridge.app.fleet", "app"),
+        ("bridge.simulator.__main__", "entry"),
     ],
 )
 def test_a_module_belongs_to_the_layer_of_its_longest_prefix(module: str, layer: str) -> None:

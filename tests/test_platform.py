@@ -3,7 +3,8 @@
 `bridge.infra.platform.windows.Windows` makes every Windows call through `Win32`; here a recorder
 stands in for pywin32 (which cannot run on Linux) and the tests check which calls are made,
 with what, and when. The same goes for the Windows service
-(`bridge.service.ServiceManager`).
+(`bridge.infra.platform.services.ServiceManager`, run by
+`bridge.app.service`).
 What is real: the POSIX strategy, the lock, the bridge run that a service stop request ends,
 and the walk over the sources that keeps every platform difference in `bridge/infra/platform/`.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import logging
 import os
 import re
 import subprocess
@@ -25,11 +27,12 @@ from pathlib import Path, PureWindowsPath
 import pytest
 import yaml
 
-from bridge import service
 from bridge.actions import hooks
+from bridge.app import service
 from bridge.config import Hook, load_config
 from bridge.infra import platform, statelock
 from bridge.infra.platform.base import Platform
+from bridge.infra.platform.services import ServiceProgram, ServiceRegistration
 from bridge.infra.platform.windows import CREATE_NEW_PROCESS_GROUP, Windows
 from bridge.infra.prometheus import Exposition
 from bridge.simulator import Simulator, SimulatorThread
@@ -301,12 +304,12 @@ def test_metrics_leave_out_what_the_platform_does_not_know(
 
 @dataclass
 class RecordingServices:
-    """Stands in for the Service Control Manager (`bridge.service.ServiceManager`)."""
+    """Stands in for the Service Control Manager (`platform.services.ServiceManager`)."""
 
     state: str = "not installed"
     calls: list[tuple[str, object]] = field(default_factory=list)
 
-    def install(self, spec: service.ServiceSpec) -> None:
+    def install(self, spec: ServiceRegistration) -> None:
         self.calls.append(("install", spec))
         self.state = "stopped"
 
@@ -337,7 +340,7 @@ def test_service_install_registers_the_class_options_and_recovery(tmp_path: Path
     assert service.control("install", manager, spec)[0] == 0
     ((_, installed),) = manager.calls
     assert isinstance(installed, service.ServiceSpec)
-    assert installed.python_class == "bridge.infra.platform.winservice.BridgeService"
+    assert installed.python_class == "bridge.app.winservice.BridgeService"
     assert installed.options == {"config": str(config), "event_log": "1"}
     assert installed.restart_delays_ms == (5_000, 5_000, 30_000)
 
@@ -402,6 +405,33 @@ def test_a_service_with_a_bad_configuration_exits_2(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[delivery]\nshutdown_timeout = -1\n")
     assert service.run_service(config, service.StopRequest()) == 2
+
+
+def test_the_service_host_is_handed_the_bridge_and_its_log(tmp_path: Path) -> None:
+    """What the platform's service host calls (`ServiceProgram`): `run` with the configured
+    file and the service's log file, where a configuration error is told (exit status 2,
+    which the host does not restart)."""
+    config = tmp_path / "config.toml"
+    config.write_text("[delivery]\nshutdown_timeout = -1\n")
+    log_file = tmp_path / "logs" / "maintenance-bridge.log"
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    program: ServiceProgram = service.BridgeProgram()
+    try:
+        assert program.run(config, log_file, None) == 2
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers[:], root.level = handlers, level
+    (line,) = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert line["level"] == "error"
+    assert "shutdown_timeout" in line["message"]
+
+
+@pytest.mark.posix
+def test_the_service_host_off_windows_says_where_to_look() -> None:
+    with pytest.raises(RuntimeError, match="Windows only; on Linux run the bridge under systemd"):
+        platform.service_host("name", "display", "description", service.BridgeProgram)
 
 
 def test_the_windows_deployment_agrees_with_the_bridge() -> None:

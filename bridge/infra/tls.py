@@ -13,7 +13,7 @@ never a mix. A new set that cannot be used (a key that does not match, a half-wr
 a missing CA) is logged and the previous context stays in use; it is tried again once the
 files change again, not on every connection.
 
-SIGHUP stays ignored (see `bridge.cli`): the configuration is read at start only, and the
+SIGHUP stays ignored (see `bridge.app.signals`): the configuration is read at start only, and the
 file watch is what picks a renewed certificate up, so no signal, reload command or restart
 is needed, and no agent must know which process to signal.
 

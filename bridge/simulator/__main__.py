@@ -1,5 +1,5 @@
 """``python -m bridge.simulator``: the simulator without the main CLI."""
 
-from .cli import main
+from bridge.app.simulate import main
 
 raise SystemExit(main())

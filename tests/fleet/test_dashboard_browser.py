@@ -20,7 +20,7 @@ import httpx
 import pytest
 from playwright.async_api import BrowserContext, ConsoleMessage, Error, Page, expect
 
-from bridge.fleet.demo import _bridge as fleet_bridge
+from bridge.app.fleet_demo import vm_bridge as fleet_bridge
 from bridge.fleet.service import FleetService
 from bridge.pipeline.model import Status
 from bridge.simulator import Simulator

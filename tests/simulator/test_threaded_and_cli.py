@@ -41,9 +41,9 @@ def test_thread_proxies_reads_writes_and_calls() -> None:
 
 
 def _start_cli(*args: str) -> subprocess.Popen[str]:
-    code = "import sys; from bridge.simulator.cli import main; sys.exit(main(sys.argv[1:]))"
+    """`python -m bridge.simulator`: the simulator's own program, without the main CLI."""
     return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
+        [sys.executable, "-m", "bridge.simulator", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

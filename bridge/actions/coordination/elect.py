@@ -36,7 +36,6 @@ endpoints, TLS and credentials as `[coordination]`, or `--endpoint` on the comma
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -61,21 +60,6 @@ T = TypeVar("T")
 
 #: A campaign can wait for days; its request must not time out meanwhile.
 CAMPAIGN_TIMEOUT: Final = 365 * 24 * 3600.0
-
-
-def settings_from(args: argparse.Namespace, configured: Coordination | None) -> Coordination:
-    """The etcd settings: `--endpoint` wins over `[coordination]`."""
-    import msgspec
-
-    from bridge.infra.validation import validate
-
-    if configured is not None:
-        settings = configured
-        if args.endpoint:
-            endpoints = validate(Coordination, {"endpoints": args.endpoint}).endpoints
-            settings = msgspec.structs.replace(settings, endpoints=endpoints)
-        return settings
-    return validate(Coordination, {"endpoints": args.endpoint}, "--endpoint")
 
 
 @dataclass(slots=True)
@@ -351,33 +335,3 @@ def _why(renew: asyncio.Task[None]) -> str:
         return "cancelled"
     exc = renew.exception()
     return str(exc) if exc is not None else "renewals ended"
-
-
-async def main(args: argparse.Namespace, configured: Coordination | None) -> int:
-    """The `elect` subcommand."""
-    command = list(args.program)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command:
-        raise SystemExit("maintenance-bridge elect: give the command after --")
-    settings = settings_from(args, configured)
-    try:
-        elector = Elector(
-            settings,
-            args.election,
-            command,
-            eligible_url=args.eligible_url,
-            value=args.value,
-            ttl=args.ttl,
-            interval=args.interval,
-            grace=args.grace,
-        )
-    except RuntimeError as exc:
-        raise SystemExit(f"maintenance-bridge elect: {exc}") from None
-    platform.current().install_stop_handlers(
-        asyncio.get_running_loop(), lambda _name: elector.stop.set(), lambda: None
-    )
-    try:
-        return await elector.run()
-    finally:
-        await elector.aclose()

@@ -10,12 +10,11 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import Final
 
 from bridge.infra.platform.base import Platform, ProcessFigures, ProcessTree, StopRequest
-
-if TYPE_CHECKING:
-    from bridge.service import ServiceManager
+from bridge.infra.platform.services import ServiceManager, ServiceProgram
 
 __all__ = [
     "O_BINARY",
@@ -25,6 +24,7 @@ __all__ = [
     "StopRequest",
     "current",
     "is_windows",
+    "service_host",
     "service_manager",
 ]
 
@@ -52,6 +52,27 @@ def current() -> Platform:
     return Windows()
 
 
+def _pywin32_missing(exc: ImportError) -> RuntimeError:
+    return RuntimeError(f"pywin32 is missing ({exc}): pip install 'maintenance-bridge[windows]'")
+
+
+def service_host(
+    name: str, display_name: str, description: str, program: Callable[[], ServiceProgram]
+) -> type:
+    """The class pythonservice.exe hosts as the Windows service `name`, running `program()`:
+    the caller (the app) says what to run, the platform layer how (pywin32).
+
+    Raises `RuntimeError` where there is no Windows service (not Windows, no pywin32).
+    """
+    if sys.platform == "win32":
+        try:
+            from bridge.infra.platform.winservice import host
+        except ImportError as exc:
+            raise _pywin32_missing(exc) from exc
+        return host(name, display_name, description, program)
+    raise RuntimeError("Windows only; on Linux run the bridge under systemd (deploy/systemd)")
+
+
 def service_manager() -> ServiceManager:
     """The Windows Service Control Manager (pywin32).
 
@@ -61,8 +82,6 @@ def service_manager() -> ServiceManager:
         try:
             from bridge.infra.platform.winservice import PyWin32Services
         except ImportError as exc:
-            raise RuntimeError(
-                f"pywin32 is missing ({exc}): pip install 'maintenance-bridge[windows]'"
-            ) from exc
+            raise _pywin32_missing(exc) from exc
         return PyWin32Services()
     raise RuntimeError("Windows only; on Linux run the bridge under systemd (deploy/systemd)")

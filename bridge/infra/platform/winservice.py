@@ -1,14 +1,15 @@
-"""The Windows service (pywin32, the `[windows]` extra): hosted by pythonservice.exe.
+"""The Windows service host and manager (pywin32, the `[windows]` extra).
 
-`BridgeService` runs the bridge in the service's thread with `bridge.service.run_service`;
-a stop request from the Service Control Manager (`service stop`, a shutdown) sets the
-bridge's stop event, so the bridge ends as on SIGTERM: in-flight sends and running hooks
-get `delivery.shutdown_timeout`, the rest waits in the spool. The service reports a stop
-with a non-zero status as a failure, so the recovery actions that `service install` sets
-restart it, except after a configuration error (exit status 2), which a restart cannot fix.
+`host` makes the class pythonservice.exe hosts: it runs the `ServiceProgram` it is handed
+(the product's, from bridge/app/) in the service's thread; a stop request from the Service
+Control Manager (`service stop`, a shutdown) is passed to the program, which ends as on
+SIGTERM. The host reports a stop with a non-zero status as a failure, so the recovery actions
+that `service install` sets restart it, except after a configuration error (exit status 2),
+which a restart cannot fix.
 
-`PyWin32Services` is the real `bridge.service.ServiceManager`. Windows only: this module
-imports pywin32 at the top, and nothing imports it but the service host and `service ...`.
+`PyWin32Services` is the real `ServiceManager` (bridge/infra/platform/services.py). Windows
+only: this module imports pywin32 at the top, and nothing imports it but
+`platform.service_host` and `platform.service_manager`.
 """
 
 # The platform assertion must precede the Windows-only imports for mypy --platform linux to
@@ -23,15 +24,20 @@ assert sys.platform == "win32"  # mypy: the rest of this module is Windows-only
 import contextlib
 import logging
 import logging.handlers
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import servicemanager
 import win32service
 import win32serviceutil
 
-from bridge import service
-from bridge.infra import platform
+from bridge.infra.platform.services import (
+    OPTION_CONFIG,
+    OPTION_EVENT_LOG,
+    ServiceError,
+    ServiceProgram,
+    ServiceRegistration,
+)
 from bridge.infra.platform.windows import Windows
 
 _STATES = {
@@ -47,42 +53,43 @@ _STATES = {
 STOP_WAIT_HINT_MS = 30_000
 
 
-class BridgeService(win32serviceutil.ServiceFramework):
-    _svc_name_ = service.NAME
-    _svc_display_name_ = service.DISPLAY_NAME
-    _svc_description_ = service.DESCRIPTION
+def host(
+    name: str, display_name: str, description: str, program: Callable[[], ServiceProgram]
+) -> type[win32serviceutil.ServiceFramework]:
+    """The service class for pythonservice.exe: one `program()` per service start."""
 
-    def __init__(self, args: Iterable[str]) -> None:
-        super().__init__(args)
-        self._stop = service.StopRequest()
+    class ServiceHost(win32serviceutil.ServiceFramework):
+        _svc_name_ = name
+        _svc_display_name_ = display_name
+        _svc_description_ = description
 
-    def SvcStop(self) -> None:
-        self.ReportServiceStatus(win32service.SERVICE_STOP_PENDING, waitHint=STOP_WAIT_HINT_MS)
-        self._stop.request()
+        def __init__(self, args: Iterable[str]) -> None:
+            super().__init__(args)
+            self._program = program()
 
-    def SvcDoRun(self) -> None:
-        system = platform.current()
-        default = str(system.default_config_file())
-        config = win32serviceutil.GetServiceCustomOption(
-            self._svc_name_, service.OPTION_CONFIG, default
-        )
-        event_log = win32serviceutil.GetServiceCustomOption(
-            self._svc_name_, service.OPTION_EVENT_LOG, "0"
-        )
-        extra: logging.Handler | None = None
-        if event_log == "1":
-            extra = logging.handlers.NTEventLogHandler(service.NAME)
-            extra.setLevel(logging.WARNING)
-        log_file = Windows().default_log_file()
-        service.log_to_file(log_file, extra=extra)
-        servicemanager.LogInfoMsg(f"{service.NAME}: starting with {config}; log in {log_file}")
-        code = service.run_service(Path(str(config)), self._stop)
-        if code != 0:
-            servicemanager.LogErrorMsg(f"{service.NAME}: stopped with status {code}")
-            if code != 2:
-                # pywin32's host reports an exception from here as SERVICE_STOPPED with a
-                # non-zero code: a failure, which the recovery actions answer with a restart.
-                raise RuntimeError(f"{service.NAME} stopped with status {code}")
+        def SvcStop(self) -> None:
+            self.ReportServiceStatus(win32service.SERVICE_STOP_PENDING, waitHint=STOP_WAIT_HINT_MS)
+            self._program.stop()
+
+        def SvcDoRun(self) -> None:
+            default = str(Windows().default_config_file())
+            config = win32serviceutil.GetServiceCustomOption(name, OPTION_CONFIG, default)
+            event_log = win32serviceutil.GetServiceCustomOption(name, OPTION_EVENT_LOG, "0")
+            extra: logging.Handler | None = None
+            if event_log == "1":
+                extra = logging.handlers.NTEventLogHandler(name)
+                extra.setLevel(logging.WARNING)
+            log_file = Windows().default_log_file()
+            servicemanager.LogInfoMsg(f"{name}: starting with {config}; log in {log_file}")
+            code = self._program.run(Path(str(config)), log_file, extra)
+            if code != 0:
+                servicemanager.LogErrorMsg(f"{name}: stopped with status {code}")
+                if code != 2:
+                    # pywin32's host reports an exception from here as SERVICE_STOPPED with a
+                    # non-zero code: a failure, which the recovery actions answer with a restart.
+                    raise RuntimeError(f"{name} stopped with status {code}")
+
+    return ServiceHost
 
 
 @contextlib.contextmanager
@@ -91,17 +98,17 @@ def _refusals() -> Iterator[None]:
     try:
         yield
     except win32service.error as exc:
-        raise service.ServiceError(f"{exc.funcname}: {exc.strerror}") from exc
+        raise ServiceError(f"{exc.funcname}: {exc.strerror}") from exc
 
 
 class PyWin32Services:
-    """`bridge.service.ServiceManager` through win32serviceutil and win32service."""
+    """The `ServiceManager` through win32serviceutil and win32service."""
 
-    def install(self, spec: service.ServiceSpec) -> None:
+    def install(self, spec: ServiceRegistration) -> None:
         with _refusals():
             self._install(spec)
 
-    def _install(self, spec: service.ServiceSpec) -> None:
+    def _install(self, spec: ServiceRegistration) -> None:
         win32serviceutil.InstallService(
             spec.python_class,
             spec.name,

@@ -1,7 +1,9 @@
-"""`maintenance-bridge fleet`: serve the fleet service, print its summary, export its audit log.
+"""`maintenance-bridge fleet`: serve the fleet service, print its summary, export its audit log,
+back up and restore its SQLite store.
 
-The argument parser lives in bridge/cli.py (building it must not import this package: the
-sidecar's `run` builds the same parser); this module runs the chosen action.
+The argument parser lives in bridge/cli_fleet.py (building it must not import the fleet: the
+sidecar's `run` builds the same parser); this module runs the chosen action with the fleet's
+logic (bridge/fleet/), which knows nothing of the command line.
 
 `status` and `export` read the store named by the configuration directly (SQLite beside a
 running service is fine: WAL lets readers in; PostgreSQL is shared anyway), so they work
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from bridge import contract
+from bridge.app.exits import EXIT_FAILURE, EXIT_OK
+from bridge.app.signals import stop_on_signals
 from bridge.contract import epoch_rfc3339
 from bridge.fleet.api import BadQuery, fleet_summary, moment
 from bridge.fleet.backup import BackupError, backup, restore, sqlite_path
@@ -31,8 +35,6 @@ from bridge.fleet.identity import ledger
 from bridge.fleet.service import FleetListenerError, FleetService, build_store
 from bridge.fleet.store import EventQuery, Store, StoreError
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
 CSV_COLUMNS = ("seq", "received_at", "ingest", "source", "id", "type", "subject", "time", "data")
 
 
@@ -51,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
         if action == "serve":
             return asyncio.run(_serve(config))
         if action == "status":
-            return asyncio.run(_with_store(config, lambda store: _status(store, sys.stdout)))
+            return asyncio.run(_with_store(config, lambda store: print_status(store, sys.stdout)))
         if action in ("backup", "restore"):
             return _backup_or_restore(config, action, args.path)
         if action == "allow-attestation":
@@ -74,10 +76,8 @@ def _known_type(name: str | None) -> None:
 
 
 async def _serve(config: FleetConfig) -> int:
-    from bridge.cli import _install_signal_handlers
-
     stop = asyncio.Event()
-    _install_signal_handlers(stop)
+    stop_on_signals(stop)
     await FleetService(config).run(stop)
     return EXIT_OK
 
@@ -121,7 +121,7 @@ def _table(title: str, rows: list[tuple[str, int]], out: IO[str]) -> None:
         out.write(f"  {name:<{width}}  {count:>6}\n")
 
 
-async def _status(store: Store, out: IO[str]) -> int:
+async def print_status(store: Store, out: IO[str]) -> int:
     """The summary (`GET /v1/fleet/summary`) as tables."""
     summary = await fleet_summary(store)
     instances, notices = summary["instances"], summary["notices_in_force"]

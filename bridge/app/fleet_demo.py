@@ -34,12 +34,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
+from bridge.app.fleet import print_status
+from bridge.app.signals import stop_on_signals
 from bridge.config import parse_config
-from bridge.fleet.cli import _status
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
 
-log = logging.getLogger("bridge.fleet.demo")
+log = logging.getLogger("bridge.app.fleet_demo")
 
 AZURE_GROUP = ("db-1", "db-2", "db-3")
 HEARTBEAT_INTERVAL = 10.0
@@ -61,7 +62,7 @@ def _trust(root: Path, signer: Any) -> dict[str, str]:
     }
 
 
-def _bridge(
+def vm_bridge(
     provider: Literal["gce", "azure"],
     source: dict[str, Any],
     state: Path,
@@ -99,7 +100,6 @@ def _bridge(
 
 
 async def run_demo(args: argparse.Namespace) -> int:
-    from bridge.cli import _install_signal_handlers
     from bridge.providers.azure.simulated.group import AzureGroup
     from bridge.simulator import Simulator
     from bridge.simulator.attestation import Signer
@@ -107,7 +107,7 @@ async def run_demo(args: argparse.Namespace) -> int:
     signer = Signer()  # both simulators sign with it: one set of trust material
     secret = "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
     stop = asyncio.Event()
-    _install_signal_handlers(stop)
+    stop_on_signals(stop)
     with tempfile.TemporaryDirectory(prefix="maintenance-bridge-fleet-demo-") as tmp:
         root = Path(tmp)
         fleet_config = parse_fleet_config(
@@ -137,7 +137,7 @@ async def run_demo(args: argparse.Namespace) -> int:
             main_sim.signer = spot_sim.signer = signer
 
             def bridge(provider: Literal["gce", "azure"], source: dict[str, Any], name: str) -> Any:
-                return _bridge(provider, source, root / name, service.url, secret)
+                return vm_bridge(provider, source, root / name, service.url, secret)
 
             bridges = [
                 bridge("gce", {"metadata_url": main_sim.gce_url}, "web-1"),
@@ -177,7 +177,7 @@ async def run_demo(args: argparse.Namespace) -> int:
                     await asyncio.wait_for(stop.wait(), 3.0)
             if not stop.is_set():
                 print("\nscenario over; the fleet saw:", file=sys.stderr)
-                await _status(service.store, sys.stdout)
+                await print_status(service.store, sys.stdout)
                 if _keeps_serving(args):
                     print(
                         f"\nthe fleet service keeps serving at {url}/ (the VMs keep reporting); "
@@ -189,7 +189,7 @@ async def run_demo(args: argparse.Namespace) -> int:
                     print("stopped", file=sys.stderr)
             else:
                 print("\nstopped; the fleet saw:", file=sys.stderr)
-                await _status(service.store, sys.stdout)
+                await print_status(service.store, sys.stdout)
             for event in stops:
                 event.set()
             await asyncio.gather(*tasks, return_exceptions=True)

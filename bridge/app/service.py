@@ -1,24 +1,35 @@
 """The Windows service, its portable half: what `maintenance-bridge service ...` asks of the
 service manager, and the bridge run that a service stop request ends.
 
-The service itself (a pywin32 `ServiceFramework` hosted by `pythonservice.exe`) is in
-`bridge/infra/platform/winservice.py`; every call it makes to the Service Control Manager goes
-through `ServiceManager`, so the tests check on Linux which calls `install`, `uninstall`,
+The pywin32 half is the platform layer's (bridge/infra/platform/winservice.py): a service host
+that runs the `ServiceProgram` this module hands it (`BridgeProgram`, through
+bridge/app/winservice.py, the class pythonservice.exe hosts), and the Service Control Manager
+behind `ServiceManager`. So the tests check on Linux which calls `install`, `uninstall`,
 `start`, `stop` and `status` make, and run the real bridge under `run_service` with a stop
 requested from another thread, as the service control handler does.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import logging.handlers
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
+from bridge.app.exits import EXIT_FAILURE
+from bridge.infra import platform
 from bridge.infra.logs import JsonFormatter
+from bridge.infra.platform.services import (
+    OPTION_CONFIG,
+    OPTION_EVENT_LOG,
+    ServiceError,
+    ServiceManager,
+)
 
 NAME: Final = "maintenance-bridge"
 DISPLAY_NAME: Final = "maintenance-bridge"
@@ -27,21 +38,18 @@ DESCRIPTION: Final = (
     "them as CloudEvents."
 )
 #: What pythonservice.exe imports to host the service.
-CLASS: Final = "bridge.infra.platform.winservice.BridgeService"
+CLASS: Final = "bridge.app.winservice.BridgeService"
 #: Restart after a failure: after 5 s, 5 s, then 30 s; the failure count resets after a day.
 RESTART_DELAYS_MS: Final = (5_000, 5_000, 30_000)
 RESET_PERIOD_S: Final = 86_400
 #: The service's log: JSON lines, rotated at this size, this many old files kept.
 LOG_MAX_BYTES: Final = 10 * 1024 * 1024
 LOG_BACKUPS: Final = 5
-#: Keys of the service's own settings (stored with the service, read by the service).
-OPTION_CONFIG: Final = "config"
-OPTION_EVENT_LOG: Final = "event_log"
 
 
 @dataclass(frozen=True, slots=True)
 class ServiceSpec:
-    """How the service is registered."""
+    """How the service is registered (a `ServiceRegistration` of the platform layer)."""
 
     config: Path
     event_log: bool = False
@@ -59,27 +67,6 @@ class ServiceSpec:
             "options",
             {OPTION_CONFIG: str(self.config), OPTION_EVENT_LOG: "1" if self.event_log else "0"},
         )
-
-
-class ServiceError(Exception):
-    """The Service Control Manager refused (not installed, access denied, ...)."""
-
-
-class ServiceManager(Protocol):
-    """The Service Control Manager calls (pywin32's win32serviceutil and win32service);
-    each raises `ServiceError` when the manager refuses."""
-
-    def install(self, spec: ServiceSpec) -> None:
-        """Register the service (automatic start), its options and its failure recovery."""
-
-    def remove(self, name: str) -> None: ...
-
-    def start(self, name: str) -> None: ...
-
-    def stop(self, name: str) -> None: ...
-
-    def status(self, name: str) -> str:
-        """`running`, `stopped`, `start pending`, ... or `not installed`."""
 
 
 def control(action: str, manager: ServiceManager, spec: ServiceSpec) -> tuple[int, str]:
@@ -151,7 +138,7 @@ class StopRequest:
 
 def run_service(config: Path, stop: StopRequest) -> int:
     """Run the bridge until `stop` is requested; its exit status (2: configuration error)."""
-    from bridge.cli import serve
+    from bridge.app.sidecar import serve
 
     async def main() -> int:
         event = asyncio.Event()
@@ -159,3 +146,35 @@ def run_service(config: Path, stop: StopRequest) -> int:
         return await serve(config, event)
 
     return asyncio.run(main())
+
+
+class BridgeProgram:
+    """The bridge as the service host runs it (a `ServiceProgram` of the platform layer)."""
+
+    def __init__(self) -> None:
+        self._stop = StopRequest()
+
+    def run(self, config: Path, log_file: Path, event_log: logging.Handler | None) -> int:
+        log_to_file(log_file, extra=event_log)
+        return run_service(config, self._stop)
+
+    def stop(self) -> None:
+        self._stop.request()
+
+
+def main(args: argparse.Namespace) -> int:
+    """`maintenance-bridge service install|uninstall|start|stop|status`."""
+    try:
+        manager = platform.service_manager()
+    except RuntimeError as exc:
+        print(f"maintenance-bridge service: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    config = getattr(args, "config", None) or platform.current().default_config_file()
+    spec = ServiceSpec(config.resolve(), getattr(args, "event_log", False))
+    try:
+        code, message = control(args.service_command, manager, spec)
+    except ServiceError as exc:
+        print(f"maintenance-bridge service {args.service_command}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(message, file=sys.stdout if code in (0, 3) else sys.stderr)
+    return code

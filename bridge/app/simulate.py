@@ -1,6 +1,7 @@
-"""Command line for ``maintenance-bridge simulate``.
+"""The simulator's program: ``maintenance-bridge simulate`` and ``python -m bridge.simulator``.
 
-``add_arguments`` and ``run`` are separate so the main CLI can mount them as a subcommand.
+``add_arguments`` and ``run`` are separate so the main CLI can mount them as a subcommand;
+``main`` is the standalone program with its own parser.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from .part import choices
-from .scenario import ScenarioError, list_scenarios
+from bridge.simulator.part import choices
+from bridge.simulator.scenario import ScenarioError, list_scenarios
 
 if TYPE_CHECKING:  # imported when serving: the main CLI mounts add_arguments at every start
-    from .server import Simulator
+    from bridge.simulator.server import Simulator
 
 DEFAULT_PORT = 8181
 
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _banner(sim: Simulator, out: TextIO) -> None:
-    from .part import parts
+    from bridge.simulator.part import parts
 
     scenario = sim.scenario.name if sim.scenario else "(none: drive it through /_sim/)"
     lines = [
@@ -65,7 +66,7 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
     def on_step(at: float, text: str) -> None:
         print(f"[t={at:8.1f}s] {text}", file=out, flush=True)
 
-    from .server import Simulator
+    from bridge.simulator.server import Simulator
 
     sim = Simulator(
         provider=args.provider,
