@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 import sys
+import tomllib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,3 +294,49 @@ def test_each_program_names_itself_and_hides_the_headers() -> None:
     assert fleet is not None
     assert (sidecar.service_name, fleet.service_name) == ("maintenance-bridge", "maintenance-fleet")
     assert "s3" not in repr(fleet)
+
+
+def _configmap(path: Path, key: str) -> str:
+    import yaml
+
+    text: str = yaml.safe_load(path.read_text())["data"][key]
+    return text
+
+
+EXAMPLES = {
+    "deploy/fleet/fleet-sqlite.toml": lambda: (ROOT / "deploy/fleet/fleet-sqlite.toml").read_text(),
+    "deploy/fleet/fleet-postgres.toml": lambda: (
+        ROOT / "deploy/fleet/fleet-postgres.toml"
+    ).read_text(),
+    "deploy/kubernetes/fleet/configmap.yaml": lambda: _configmap(
+        ROOT / "deploy/kubernetes/fleet/configmap.yaml", "fleet.toml"
+    ),
+    "deploy/kubernetes/configmap.yaml": lambda: _configmap(
+        ROOT / "deploy/kubernetes/configmap.yaml", "config.toml"
+    ),
+}
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_the_examples_show_every_tracing_key_ready_to_uncomment(
+    example: str, tmp_path: Path
+) -> None:
+    """Tracing is optional (the extra, a collector), so the examples show its table commented
+    out, every key written; uncommented (its header file in place) it is valid."""
+    text = EXAMPLES[example]()
+    fleet = "fleet." if "fleet" in example else ""
+    start = text.index(f"\n# [{fleet}tracing]\n")
+    block = text[start:].splitlines()
+    keys = [line[2:].partition(" = ")[0] for line in block if re.match(r"# \w+ = ", line)]
+    assert keys == list(TracingSettings.__struct_fields__)
+    uncommented = "\n".join(line[2:] for line in block if re.match(r"# (\[|\w+ = )", line))
+    header = tmp_path / "otlp-authorization"
+    header.write_text("Bearer example\n")
+    uncommented = re.sub(r'"(file|env):[^"]+"', f'"file:{header}"', uncommented)
+    raw = tomllib.loads(uncommented)
+    if fleet:
+        settings: TracingSettings | None = parse_fleet_config(raw).tracing
+    else:
+        settings = parse_config(raw).tracing
+    assert settings is not None
+    assert settings.headers["authorization"].get_secret_value() == "Bearer example"
