@@ -31,8 +31,13 @@ from bridge.infra import tracing
 from bridge.infra.tracing import TracingSettings
 from bridge.infra.validation import validate
 from bridge.simulator import Simulator
-from tests.fleet.conftest import SECRET
-from tests.fleet.test_end_to_end import KEY, FleetProcess, audit_log, sidecar_config
+from tests.fleet.test_end_to_end import (
+    KEY,
+    FleetProcess,
+    audit_log,
+    fleet_config,
+    sidecar_config,
+)
 from tests.support import eventually, free_port
 from tests.test_crash import ROOT, Process
 
@@ -137,12 +142,7 @@ async def test_one_event_from_sidecar_poll_to_fleet_commit_is_one_trace(
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")  # the SDK's export interval, ms
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    fleet_toml = tmp_path / "fleet.toml"
-    fleet_toml.write_text(
-        f'[fleet.listener]\nport = {port}\n[fleet.store]\nurl = "sqlite://{tmp_path}/fleet.db"\n'
-        f'[[fleet.sources]]\ntype = "http"\nsecrets = ["{SECRET}"]\n'
-        + tracing_table("fleet.tracing", receiver.url)
-    )
+    fleet_toml = fleet_config(tmp_path, port, tracing_table("fleet.tracing", receiver.url))
     fleet = FleetProcess(fleet_toml, url)
     async with (
         Simulator("gce", identity={"gce": {"instance_name": "web-1"}}) as gce,
