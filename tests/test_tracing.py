@@ -10,6 +10,7 @@ watching a simulated GCE VM. Without the extra the tests skip on a laptop and fa
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import os
 import re
@@ -340,3 +341,22 @@ def test_the_examples_show_every_tracing_key_ready_to_uncomment(
         settings = parse_config(raw).tracing
     assert settings is not None
     assert settings.headers["authorization"].get_secret_value() == "Bearer example"
+
+
+async def test_only_events_with_a_valid_traceparent_get_spans(receiver: Receiver) -> None:
+    """In process, against the same receiver: a span per event that names its parent, none
+    for an event without one (spooled before the extension) or with a malformed one."""
+    import time
+
+    settings = validate(TracingSettings, {"endpoint": receiver.url, "service_name": "unit"})
+    parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    assert tracing.configure(settings, "0")
+    try:
+        events = [(parent, "e-1"), (None, "e-2"), ("00-zz-bad-01", "e-3"), (parent, "e-4")]
+        tracing.record("deliver", events, time.time() - 1, {"maintenance_bridge.sink": "s"})
+    finally:
+        await asyncio.to_thread(tracing.shutdown)
+    assert sorted(s.event_id for s in receiver.spans) == ["e-1", "e-4"]
+    assert {(s.trace_id, s.parent_id, s.service) for s in receiver.spans} == {
+        ("ab" * 16, "cd" * 8, "unit")
+    }

@@ -49,8 +49,9 @@ log = logging.getLogger("bridge.tracing")
 INSTALL_HINT: Final = "pip install 'maintenance-bridge[otel]'"
 #: An attribute value as OpenTelemetry takes it.
 Value = str | bool | int | float
-#: One event as the hooks name it: its `traceparent` (None: no parent, a trace of its own)
-#: and its id.
+#: One event as the hooks name it: its `traceparent` and its id. An event without a valid
+#: `traceparent` (one spooled by a version before it) gets no span: a trace of its own
+#: would follow nothing.
 Traced = tuple[str | None, str]
 
 _TRACEPARENT: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
@@ -127,9 +128,12 @@ class _Exporting:
         end = time.time_ns()
         began = min(int(start * 1e9), end)
         for traceparent, event_id in events:
+            parent = _parent(traceparent)
+            if parent is None:
+                continue
             span = self.tracer.start_span(
                 name,
-                context=_parent(traceparent),
+                context=parent,
                 attributes={**attributes, "cloudevents.event_id": event_id},
                 start_time=began,
             )
@@ -137,7 +141,8 @@ class _Exporting:
 
 
 def _parent(traceparent: str | None) -> Context | None:
-    """The remote parent a `traceparent` names (None: the span starts a trace of its own)."""
+    """The remote parent a `traceparent` names; None when it is missing or not valid W3C
+    Trace Context (version ff, an all-zero id)."""
     from opentelemetry import trace
 
     found = _TRACEPARENT.fullmatch(traceparent or "")
@@ -222,8 +227,9 @@ def record(
     start: float,
     attributes: Mapping[str, Value] | None = None,
 ) -> None:
-    """One span `name` per event, from `start` (Unix seconds) to now, child of the event's
-    `traceparent`. Does nothing (and does not iterate `events`) unless configured."""
+    """One span `name` per event that has a `traceparent`, from `start` (Unix seconds) to
+    now, child of the span it names. Does nothing (and does not iterate `events`) unless
+    configured."""
     if _exporting is None:
         return
     _exporting.record(name, events, start, attributes or {})
