@@ -6,7 +6,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-EXTRAS := dev,pubsub,eventhubs,kafka,windows,postgres
+EXTRAS := dev,pubsub,eventhubs,kafka,windows,postgres,otel
 
 .PHONY: demo test lint bench install runtime clean
 

@@ -22,6 +22,7 @@ from bridge.actions.coordination.settings import Coordination
 from bridge.contract import ProviderName
 from bridge.infra import platform
 from bridge.infra.credential import IdentitySettings
+from bridge.infra.tracing import TracingSettings
 from bridge.infra.validation import ConfigError as ConfigError
 from bridge.infra.validation import FieldError, render_path, validate_into
 from bridge.providers import registry as providers
@@ -203,6 +204,8 @@ class Config(_Section, frozen=True, kw_only=True):
     coordination: Coordination | None = None
     #: Enrollment with the fleet by the cloud's identity document (bridge/pipeline/enrollment).
     identity: IdentitySettings | None = None
+    #: OpenTelemetry export of each event's spans (bridge/infra/tracing.py); None: none.
+    tracing: TracingSettings | None = None
 
     def action_problems(self) -> list[str]:
         """Hook and approval settings that are valid one by one but not together."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,10 +19,11 @@ from typing import Any
 
 from tenacity import RetryCallState
 
-from bridge import contract
+from bridge import __version__, contract
 from bridge.actions.engine import Actions
 from bridge.config import Config
 from bridge.contract import ProviderName as ProviderName
+from bridge.infra import tracing
 from bridge.infra.backoff import keep_running, retry_logger, retry_until_done
 from bridge.infra.observe import Exporter, HealthSource, ReadinessLine
 from bridge.pipeline.approver import Approver
@@ -197,6 +199,9 @@ class Bridge:
         events = [to_cloudevent(notice) for notice in update.notices]
         rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
         typed = [contract.from_cloudevent(row.body) for row in rows]
+        traced, spooling = [(e.traceparent, e.id) for e in typed], time.time()
+        observed = min((n.observed_at.timestamp() for n in update.notices), default=spooling)
+        tracing.record("poll", traced, observed, {"maintenance_bridge.watcher": name})
         plan = self.actions.plan(typed)
         in_force: dict[str, bytes | None] = {}
         for notice, row in zip(update.notices, rows, strict=True):
@@ -212,6 +217,7 @@ class Bridge:
             before_sleep=retry_logger(log, f"cannot spool {len(rows)} notice(s)"),
             sleep=self.sleep,
         )
+        tracing.record("spool", traced, spooling, {"maintenance_bridge.watcher": name})
         return typed, plan
 
     async def _watch(self, name: str) -> None:
@@ -284,6 +290,7 @@ class Bridge:
     async def run(self, stop: asyncio.Event) -> None:
         await self.spool.open()
         try:
+            tracing.configure(self.config.tracing, __version__)  # bridge/infra/tracing.py
             await self._restore()
             self.dispatcher.start()
             await self.actions.start()
@@ -313,4 +320,5 @@ class Bridge:
             )
             await self.dispatcher.stop(self.config.delivery.shutdown_timeout)
         finally:
+            tracing.shutdown()
             await self.spool.close()

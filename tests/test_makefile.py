@@ -59,7 +59,7 @@ def test_make_test_installs_the_rest_on_top(tmp_path: Path) -> None:
     assert installs(lines) == [
         "--quiet -e .",
         "--quiet --upgrade pip",
-        "--quiet -e '.[dev,pubsub,eventhubs,kafka,windows,postgres]'",
+        "--quiet -e '.[dev,pubsub,eventhubs,kafka,windows,postgres,otel]'",
         # checkov, in a virtual environment of its own (it pins older libraries)
         "--quiet checkov==3.3.30",
     ]

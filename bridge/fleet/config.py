@@ -45,6 +45,7 @@ from bridge.fleet.identity.config import IdentityConfig, IdentityMode
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.infra import tls
 from bridge.infra.secrets import Secret
+from bridge.infra.tracing import TracingSettings
 from bridge.infra.validation import ConfigError, FieldError, render_path, validate_into
 from sinks import _webhook_signing as signing
 
@@ -203,6 +204,12 @@ class FleetIngest(_Table, frozen=True, kw_only=True):
     max_queued: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 20_000
 
 
+class FleetTracing(TracingSettings, frozen=True, kw_only=True):
+    """`[fleet.tracing]`: the sidecar's `[tracing]` keys, under the service's own name."""
+
+    service_name: str = "maintenance-fleet"
+
+
 class FleetConfig(_Table, frozen=True, kw_only=True):
     listener: FleetListener = FleetListener()
     store: FleetStore = FleetStore()
@@ -210,6 +217,7 @@ class FleetConfig(_Table, frozen=True, kw_only=True):
     ingest: FleetIngest = FleetIngest()
     auth: FleetAuth = FleetAuth()
     identity: IdentityConfig | None = None
+    tracing: FleetTracing | None = None
     sources: tuple[Any, ...] = ()
 
     def source_names(self) -> list[str]:

@@ -29,11 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
 from bridge.fleet.store import Batch, IngestResult, Store, StoreError
+from bridge.infra import tracing
 
 log = logging.getLogger("bridge.fleet.group_commit")
 
@@ -136,6 +138,7 @@ class GroupCommit:
                             await self._arrived.wait()
                             self._arrived.clear()
             group = self._take()
+            began = time.time()
             try:
                 results = await self.store.ingest_many([w.batch for w in group])
             except StoreError as exc:  # the store cannot commit: every request gets it
@@ -151,6 +154,7 @@ class GroupCommit:
             else:
                 self.transactions += 1
                 self.batches += len(group)
+                _traced(group, began)
                 for waiting, result in zip(group, results, strict=True):
                     self._answer(waiting, result)
 
@@ -175,3 +179,9 @@ class GroupCommit:
             waiting.answer.set_exception(outcome)
         else:
             waiting.answer.set_result(outcome)
+
+
+def _traced(group: list[_Waiting], began: float) -> None:
+    """One `commit` span per event of the transaction (bridge/infra/tracing.py)."""
+    traced = ((a.event.traceparent, a.event.id) for w in group for a in w.batch.accepted)
+    tracing.record("commit", traced, began, {"maintenance_bridge.batches": len(group)})

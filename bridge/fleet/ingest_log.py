@@ -18,6 +18,14 @@ line finds the other's. Each line has:
 As `extra` fields, so `--log-format json` gives each its own key. A middleware rather than
 lines in each source's handler: every way a post is refused (401, 413, 415, 400, 503) gets
 the same line.
+
+A bus source (Pub/Sub, Event Hubs, Kafka) has no request to answer: its sidecar's sink saw
+the bus take the message, and the refusal happens later, in the fleet. `refused_messages`
+gives each refused message the same fields (`request_id` is the event's `id`, which the
+sidecar logs with its notice line; `status` is `rejected`), read from what the bus delivered
+when it is JSON with those attributes, else `-`. At most `MESSAGES_LOGGED` lines per batch
+and one line counting the rest: a bus replaying a flood of bad messages must not flood the
+log too. Every refused message stays in the rejected table whatever is logged.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 import msgspec
@@ -33,7 +41,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from bridge import contract
-from bridge.fleet.sources.http import BODY
+from bridge.fleet.store import Refused
 
 log = logging.getLogger("bridge.fleet.ingest")
 
@@ -41,11 +49,19 @@ log = logging.getLogger("bridge.fleet.ingest")
 INSTANCES_SHOWN: Final = 3
 #: Bytes of a read body parsed for the instances, at most; larger ones are not parsed.
 PARSED_BODY: Final = 1024 * 1024
+#: Refused bus messages logged one by one per committed batch, at most (then one summary).
+MESSAGES_LOGGED: Final = 10
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+#: The request's key for the body once read (set by the http source): it streams in
+#: (verified as it comes), so `request.read()` has nothing left to give the log. Here, not
+#: in the source, so that the bus sources can log through this module without importing it.
+BODY: Final = web.RequestKey("maintenance_bridge.body", bytes)
+
 
 class _Attributes(msgspec.Struct):
+    id: str = ""
     source: str = ""
     traceparent: str = ""
 
@@ -78,17 +94,56 @@ async def about(request: web.Request) -> tuple[str, str]:
             [traceparent] if _TRACEPARENT.fullmatch(traceparent) else []
         )
     body = request.get(BODY)
-    if not isinstance(body, bytes) or len(body) > PARSED_BODY:
+    if not isinstance(body, bytes):
         return "-", "-"  # the source did not read the body: neither does the log
-    try:
-        decoded = _ONE_OR_MANY.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return "-", "-"  # a body too deep for the decoder (refused for it) names nothing
-    events = decoded if isinstance(decoded, list) else [decoded]
+    events = _events(body)
     return (
         _named([e.source for e in events if e.source]),
         _named([e.traceparent for e in events if _TRACEPARENT.fullmatch(e.traceparent)]),
     )
+
+
+def _events(body: bytes) -> list[_Attributes]:
+    """The attributes of the event(s) `body` holds, as far as they can be read (none from
+    a body too large to parse here, not JSON, or too deep for the decoder)."""
+    if len(body) > PARSED_BODY:
+        return []
+    try:
+        decoded = _ONE_OR_MANY.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return []
+    return decoded if isinstance(decoded, list) else [decoded]
+
+
+def refused_messages(ingest: str, refused: Sequence[Refused]) -> None:
+    """One WARNING line per message a bus source refused (see the module docstring)."""
+    for item in refused[:MESSAGES_LOGGED]:
+        events = _events(item.body)
+        fields = {
+            "request_id": _named([e.id for e in events if e.id]),
+            "ingest": ingest,
+            "instance": _named([e.source for e in events if e.source]),
+            "traceparent": _named(
+                [e.traceparent for e in events if _TRACEPARENT.fullmatch(e.traceparent)]
+            ),
+            "status": "rejected",
+            "reason": item.reason,
+        }
+        log.warning(
+            "message refused: event %s, ingest %s, instance %s, trace %s: %s (kept in rejected)",
+            fields["request_id"],
+            ingest,
+            fields["instance"],
+            fields["traceparent"],
+            item.reason,
+            extra=fields,
+        )
+    if len(refused) > MESSAGES_LOGGED:
+        log.warning(
+            "ingest %s: %d more message(s) of this batch refused (kept in rejected)",
+            ingest,
+            len(refused) - MESSAGES_LOGGED,
+        )
 
 
 def _reason(response: web.StreamResponse) -> str:

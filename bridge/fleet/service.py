@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bridge import __version__
 from bridge.fleet.api import FleetApiRoutes
 from bridge.fleet.auth import AccessGuard
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
@@ -33,6 +34,7 @@ from bridge.fleet.sqlite_store import SqliteStore
 from bridge.fleet.store import Store, StoreError
 from bridge.fleet.web.routes import DashboardRoutes
 from bridge.fleet.web.signin import SignInRoutes
+from bridge.infra import tracing
 from bridge.infra.tls import CertificateError, ReloadingContext, server_context
 
 log = logging.getLogger("bridge.fleet")
@@ -160,6 +162,7 @@ class FleetService:
     async def running(self) -> AsyncIterator[FleetService]:
         """Serve while the block runs; `url` is the listener's base URL."""
         await self.store.open()
+        tracing.configure(self.config.tracing, __version__)  # bridge/infra/tracing.py
         started: list[Source] = []
         # lingering_time=0: a request refused from its headers (bridge.fleet.auth) has its
         # connection closed after the answer, instead of aiohttp reading and dropping the
@@ -202,6 +205,7 @@ class FleetService:
             for source in reversed(started):
                 await source.stop()
             await self.group.close()
+            tracing.shutdown()
             await self.store.close()
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -37,6 +37,7 @@ from typing import Final, TypeVar
 
 from tenacity import RetryCallState, retry_if_result
 
+from bridge.infra import tracing
 from bridge.infra.backoff import forever, retry_logger, retry_until_done
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.spool import Spool, Spooled, SpoolError
@@ -312,7 +313,10 @@ class Dispatcher:
         for start in range(0, len(window), size):
             batch = window[start : start + size]
             await self._spool.durable([item.seq for item in batch])  # read early, sent when safe
+            sending = time.time()
             result = await self._deliver(sink, batch)
+            traced = ((tracing.traceparent_of(item.body), item.id) for item in batch)
+            tracing.record("deliver", traced, sending, _outcome(name, result))
             if isinstance(result, Ok):
                 acks.add(batch)
                 if acks.due():
@@ -338,6 +342,11 @@ class Dispatcher:
                 stats.last_error = result.reason
             return step == 1
         return step == 1  # the worker writes the acknowledgements while it sends the next
+
+
+def _outcome(sink: str, result: Result) -> dict[str, str]:
+    """A deliver span's attributes (bridge/infra/tracing.py)."""
+    return {"maintenance_bridge.sink": sink, "maintenance_bridge.outcome": type(result).__name__}
 
 
 class _Stop(Exception):

@@ -57,6 +57,17 @@ class FleetProcess(Process):
         await eventually(ready, timeout=30)
 
 
+def fleet_config(path: Path, port: int, more: str = "") -> Path:
+    """A fleet on `port` with its SQLite store in `path`, taking signed posts; `more` is TOML
+    appended as is."""
+    config = path / "fleet.toml"
+    config.write_text(
+        f'[fleet.listener]\nport = {port}\n[fleet.store]\nurl = "sqlite://{path}/fleet.db"\n'
+        f'[[fleet.sources]]\ntype = "http"\nsecrets = ["{SECRET}"]\n{more}'
+    )
+    return config
+
+
 def sidecar_config(path: Path, provider: str, source: dict[str, str], url: str, mode: str) -> Path:
     settings = "\n".join(f'{key} = "{value}"' for key, value in source.items())
     path.mkdir(parents=True, exist_ok=True)
@@ -130,12 +141,7 @@ def transitions(events: list[dict[str, Any]]) -> Counter[tuple[str, str, str]]:
 async def test_five_sidecars_into_the_fleet_each_transition_exactly_once(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    fleet_toml = tmp_path / "fleet.toml"
-    fleet_toml.write_text(
-        f'[fleet.listener]\nport = {port}\n[fleet.store]\nurl = "sqlite://{tmp_path}/fleet.db"\n'
-        f'[[fleet.sources]]\ntype = "http"\nsecrets = ["{SECRET}"]\n'
-    )
-    fleet = FleetProcess(fleet_toml, url)
+    fleet = FleetProcess(fleet_config(tmp_path, port), url)
     spot = {"gce": {"instance_name": "web-2", "zone": "europe-west1-b"}}
     sidecars: dict[str, Process] = {}
     async with (

@@ -7,15 +7,17 @@ plain HTTP posts for the refusals a sink would not send.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from pathlib import Path
 
 import httpx
 import pytest
 from aiohttp.test_utils import make_mocked_request
 
-from bridge.fleet.ingest_log import about
-from bridge.fleet.sources.http import BODY
+from bridge.fleet.ingest_log import BODY, MESSAGES_LOGGED, about, refused_messages
+from bridge.fleet.store import Refused
 from bridge.pipeline.events import parse, serialize, to_cloudevent
 from bridge.pipeline.model import Status
 from sinks.base import Ok
@@ -23,6 +25,7 @@ from tests.factories import sample_notices
 from tests.fleet.conftest import SECRET, FleetFactory
 from tests.fleet.factories import T0, gce_vm, transition
 from tests.fleet.test_http_source import sink
+from tests.support import eventually
 
 OTHER_SECRET = "whsec_" + "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXkwMQ=="
 
@@ -152,3 +155,52 @@ async def test_a_body_nested_past_the_decoders_limit_is_logged_without_its_insta
     request = make_mocked_request("POST", "/v1/events")
     request[BODY] = b"[" * 100_000 + b"]" * 100_000
     assert await about(request) == ("-", "-")
+
+
+async def test_a_message_a_bus_source_refuses_is_logged_with_the_event_id_and_instance(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bus took the sidecar's message, so its sink logged no refusal: the fleet's line
+    carries the event id the sidecar logged with its notice, the source and the instance.
+    Real parts: librdkafka's mock cluster and the fleet's Kafka source (tests/sinks/kafka_mock)."""
+    from tests.fleet.test_kafka_source import produce_raw, service_for, stored
+    from tests.sinks.kafka_mock import MockCluster, require_library
+
+    caplog.set_level(logging.WARNING, "bridge.fleet.ingest")
+    bad = invalid("web-7")
+    attributes = json.loads(bad)
+    cluster = MockCluster(require_library())
+    cluster.start()
+    try:
+        topic = cluster.create_topic(partitions=1)
+        service = service_for(tmp_path, cluster, topic)
+        structured = [("content-type", b"application/cloudevents+json")]
+        good = transition(gce_vm("web-8"), "n-2", Status.SCHEDULED, T0)
+        async with service.running():
+            messages = [(structured, bad), (None, b"not json at all"), (structured, good)]
+            await asyncio.to_thread(produce_raw, cluster, topic, messages)
+            await stored(service, 1)
+            await eventually(lambda: len(refused_lines(caplog)) == 2, timeout=30)
+    finally:
+        cluster.stop()
+    lines = [vars(line) for line in refused_lines(caplog)]
+    (first,) = [line for line in lines if line["request_id"] != "-"]
+    (second,) = [line for line in lines if line["request_id"] == "-"]
+    assert first["request_id"] == attributes["id"]
+    assert first["ingest"] == "kafka"
+    assert first["instance"] == attributes["source"]
+    assert first["traceparent"] == attributes["traceparent"]
+    assert first["status"] == "rejected"
+    assert "started" in first["reason"]
+    assert (second["request_id"], second["instance"]) == ("-", "-")
+    assert "CloudEvent" in second["reason"]
+
+
+def test_a_flood_of_refused_messages_is_logged_ten_lines_and_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "bridge.fleet.ingest")
+    refused_messages("pubsub", [Refused(invalid(f"vm-{i}"), "bad") for i in range(25)])
+    lines = refused_lines(caplog)
+    assert len(lines) == MESSAGES_LOGGED + 1
+    assert "15 more message(s)" in lines[-1].getMessage()

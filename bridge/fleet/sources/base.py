@@ -41,6 +41,7 @@ from bridge.fleet import bounds
 from bridge.fleet.group_commit import GroupCommit, Overloaded
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.store import Accepted, Batch, IngestResult, Refused, Store, StoreError
+from bridge.infra import tracing
 
 log = logging.getLogger("bridge.fleet.ingest")
 
@@ -128,6 +129,10 @@ class Ingestor:
             self.stats.failed(batch.received_at, str(exc))
             raise
         self.stats.record(source, result)
+        # Spans (bridge/infra/tracing.py); a grouped batch's commit is group_commit's span.
+        for span in ("ingest",) if grouped else ("ingest", "commit"):
+            traced = ((a.event.traceparent, a.event.id) for a in accepted)
+            tracing.record(span, traced, batch.received_at, {"maintenance_bridge.ingest": source})
         return result
 
     async def _one_by_one(self, batch: Batch) -> IngestResult:

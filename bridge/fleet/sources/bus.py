@@ -18,6 +18,7 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, retry_if_exception_type
 
 from bridge import contract
+from bridge.fleet import ingest_log
 from bridge.fleet.bus_config import _BusSource
 from bridge.fleet.sources.base import Ingestor, classify
 from bridge.fleet.store import IngestResult, Refused, StoreError
@@ -78,6 +79,7 @@ class Committer:
             with attempt:
                 result = await self.ingestor.commit(self.name, accepted, refused, checkpoints)
         assert result is not None
+        ingest_log.refused_messages(self.name, refused)  # found again from the sidecar's log
         if self.failing is not None:
             log.info("source %s: the fleet store commits again", self.name)
         self.failing = None

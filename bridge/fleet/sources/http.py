@@ -55,6 +55,7 @@ from bridge.fleet.config import HttpSourceConfig
 from bridge.fleet.group_commit import Overloaded
 from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.identity.screen import screen
+from bridge.fleet.ingest_log import BODY
 from bridge.fleet.sources.base import Ingestor, SourceHealth, classify
 from bridge.fleet.store import Accepted, Refused, StoreError
 from bridge.infra.credential import HEADER as CREDENTIAL_HEADER
@@ -63,9 +64,6 @@ from sinks import _webhook_signing as signing
 log = logging.getLogger("bridge.fleet.http")
 
 PATH: Final = "/v1/events"
-#: The request's key for the body once read: it streams in (verified as it comes), so
-#: `request.read()` has nothing left to give the ingest log.
-BODY: Final = web.RequestKey("maintenance_bridge.body", bytes)
 STRUCTURED: Final = "application/cloudevents+json"
 BATCH: Final = "application/cloudevents-batch+json"
 BINARY: Final = "binary"
