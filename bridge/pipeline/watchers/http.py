@@ -11,9 +11,10 @@ would mean missing one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -30,9 +31,16 @@ from bridge.infra.http1 import (
     TransportError,
 )
 from bridge.infra.prometheus import Histogram
-from bridge.pipeline.watchers.base import Sleep, real_sleep
 
 log = logging.getLogger("bridge.metadata")
+
+#: How a watcher waits (between retries, between polls); tests hand in one that does not.
+Sleep = Callable[[float], Awaitable[None]]
+
+
+async def real_sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
 
 #: The largest answer read from a metadata service; a longer one is refused, not cut short.
 MAX_ANSWER = 1024 * 1024
