@@ -35,6 +35,17 @@ ActionParams = tuple[frozenset[str], frozenset[str]]
 BOTH: Final = ("gce", "azure")
 
 
+def camel_case_aliases(*fields: str) -> dict[str, str]:
+    """`identity_aliases` for fields the vendor's JSON spells in camelCase (`vm_id`: `vmId`),
+    so an identity override may use the name a user sees in the metadata."""
+    return {_camel(field): field for field in fields}
+
+
+def _camel(field: str) -> str:
+    first, *others = field.split("_")
+    return first + "".join(word.capitalize() for word in others)
+
+
 class SimulatedProvider(abc.ABC):
     """One cloud's simulated metadata service."""
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.simulator.clock import SimClock
-from bridge.simulator.part import ActionParams, SimulatedProvider
+from bridge.simulator.part import ActionParams, SimulatedProvider, camel_case_aliases
 
 from .state import AwsIdentity, AwsQuirks, AwsState
 
@@ -25,14 +25,9 @@ class SimulatedAws(SimulatedProvider):
     attestation_faults: ClassVar[tuple[str, ...]] = ("bad_signature", "other_vm", "replayed")
     identity_type: ClassVar[type[Any]] = AwsIdentity
     # Overrides may use the identity document's (camelCase) names.
-    identity_aliases: ClassVar[dict[str, str]] = {
-        "instanceId": "instance_id",
-        "accountId": "account_id",
-        "availabilityZone": "availability_zone",
-        "instanceType": "instance_type",
-        "imageId": "image_id",
-        "privateIp": "private_ip",
-    }
+    identity_aliases: ClassVar[dict[str, str]] = camel_case_aliases(
+        "instance_id", "account_id", "availability_zone", "instance_type", "image_id", "private_ip"
+    )
     proxied: ClassVar[tuple[type[Any], ...]] = (AwsState, AwsQuirks)
     actions: ClassVar[dict[str, ActionParams]] = {
         "aws.spot": (frozenset(), frozenset({"spot_action", "time_in"})),

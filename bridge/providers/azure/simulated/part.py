@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.simulator.clock import SimClock
-from bridge.simulator.part import ActionParams, SimulatedProvider
+from bridge.simulator.part import ActionParams, SimulatedProvider, camel_case_aliases
 
 from .state import AzureIdentity, AzureQuirks, AzureState
 
@@ -34,12 +34,14 @@ class SimulatedAzure(SimulatedProvider):
     identity_type: ClassVar[type[Any]] = AzureIdentity
     # Overrides may use the JSON (camelCase) names users see in /metadata/instance.
     identity_aliases: ClassVar[dict[str, str]] = {
-        "vmId": "vm_id",
-        "subscriptionId": "subscription_id",
-        "resourceGroupName": "resource_group_name",
-        "vmScaleSetName": "vm_scale_set_name",
-        "vmSize": "vm_size",
-        "osType": "os_type",
+        **camel_case_aliases(
+            "vm_id",
+            "subscription_id",
+            "resource_group_name",
+            "vm_scale_set_name",
+            "vm_size",
+            "os_type",
+        ),
         "resourceId": "explicit_resource_id",
         "resource_id": "explicit_resource_id",
     }
