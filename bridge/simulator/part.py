@@ -55,6 +55,11 @@ class SimulatedProvider(abc.ABC):
     #: The request paths it answers; "" for the one that answers everything the others do
     #: not claim (its routes are added last).
     path_prefix: ClassVar[str]
+    #: What the banner calls it ("GCE metadata"), and the bridge's `[source.<name>]` key for
+    #: its URL; `first_request` follows the URL there (a path worth trying first).
+    title: ClassVar[str]
+    url_key: ClassVar[str]
+    first_request: ClassVar[str] = ""
     #: The vendor's documented request rate limit is on unless a test clears it.
     rate_limited: ClassVar[bool] = False
     #: The identity it serves: a frozen dataclass with defaults for every field.
@@ -81,9 +86,19 @@ class SimulatedProvider(abc.ABC):
         """The `sim.<...>` attributes it adds (its URL, and what else its users need)."""
         return {f"{self.name}_url": self.url(sim.base_url)}
 
-    @abc.abstractmethod
     def banner(self, sim: Simulator) -> list[str]:
-        """The lines `maintenance-bridge simulate` prints about it at start."""
+        """The lines `maintenance-bridge simulate` prints about it at start: what it serves
+        (`title`, its URL and `first_request`), `hints`, and the bridge's key for the URL."""
+        url = self.url(sim.base_url)
+        return [
+            f"  {self.title:<12}: {url}{self.first_request}",
+            *self.hints(sim),
+            f"    bridge config: source.{self.name}.{self.url_key} = {url}",
+        ]
+
+    def hints(self, sim: Simulator) -> list[str]:
+        """Banner lines between the URL and the bridge's key (GCE: the SDKs' variable)."""
+        return []
 
     def identity_json(self, identity: Any) -> dict[str, Any]:
         """The identity as `GET /_sim/state` shows it."""

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 class SimulatedAws(SimulatedProvider):
     name: ClassVar[str] = "aws"
     path_prefix: ClassVar[str] = "/latest/"
+    title: ClassVar[str] = "AWS IMDS"
+    url_key: ClassVar[str] = "imds_url"
+    first_request: ClassVar[str] = "latest/meta-data/spot/instance-action (IMDSv2)"
     # the document carries no audience and no expiry; it can be replayed
     attestation_faults: ClassVar[tuple[str, ...]] = ("bad_signature", "other_vm", "replayed")
     identity_type: ClassVar[type[Any]] = AwsIdentity
@@ -59,13 +62,6 @@ class SimulatedAws(SimulatedProvider):
     def url(self, base_url: str) -> str:
         """The IMDS base URL (`source.aws.imds_url`): paths start with ``latest/``."""
         return f"{base_url}/"
-
-    def banner(self, sim: Simulator) -> list[str]:
-        url = self.url(sim.base_url)
-        return [
-            f"  AWS IMDS    : {url}latest/meta-data/spot/instance-action (IMDSv2)",
-            f"    bridge config: source.aws.imds_url = {url}",
-        ]
 
     def new_state(self, identity: Any, clock: SimClock, notify: Callable[[], None]) -> AwsState:
         return AwsState(identity, clock, notify)

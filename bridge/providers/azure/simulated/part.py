@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 class SimulatedAzure(SimulatedProvider):
     name: ClassVar[str] = "azure"
+    title: ClassVar[str] = "Azure IMDS"
+    url_key: ClassVar[str] = "imds_url"
+    first_request: ClassVar[str] = "scheduledevents?api-version=2020-07-01"
     path_prefix: ClassVar[str] = "/metadata"
     rate_limited: ClassVar[bool] = True  # IMDS allows 5 requests/s
     # the token's `xms_mirid` can name another resource; the attested document's nonce
@@ -71,13 +74,6 @@ class SimulatedAzure(SimulatedProvider):
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/metadata/"
-
-    def banner(self, sim: Simulator) -> list[str]:
-        url = self.url(sim.base_url)
-        return [
-            f"  Azure IMDS  : {url}scheduledevents?api-version=2020-07-01",
-            f"    bridge config: source.azure.imds_url = {url}",
-        ]
 
     def identity_json(self, identity: Any) -> dict[str, Any]:
         return asdict(identity) | {"resource_id": identity.resource_id}
