@@ -19,7 +19,14 @@ import time
 from pathlib import Path
 
 from bench.latency import first_answer, until
-from bench.procs import Proc, bridge_config, start_bridge, stopped_on_exit, webhook
+from bench.procs import (
+    Proc,
+    bridge_config,
+    simulators_running,
+    start_bridge,
+    stopped_on_exit,
+    webhook,
+)
 from bench.receiver import Receiver
 from bench.stats import Series
 from bridge.simulator import Simulator
@@ -37,11 +44,10 @@ async def latency(
     }
     streams = {name: name if profile_dir is None else f"profile-{name}" for name in POLLS}
     sims = {name: Simulator(provider="aws") for name in POLLS}
-    for sim in sims.values():
-        await sim.start()
-        sim.aws.quirks.v2_required = True
     procs: list[Proc] = []
-    try:
+    async with simulators_running(sims):
+        for sim in sims.values():
+            sim.aws.quirks.v2_required = True
         with stopped_on_exit(procs):
             for name, interval in POLLS.items():
                 sim = sims[name]
@@ -88,7 +94,4 @@ async def latency(
                         series[name].add(t0, answered, record["at"])
             for proc in procs:
                 await proc.stop()
-    finally:
-        for sim in sims.values():
-            await sim.stop()
     return list(series.values())

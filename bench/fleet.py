@@ -38,11 +38,10 @@ from typing import Any, Protocol
 import httpx
 import psutil
 
+from bench.fleet_workload import heartbeat
 from bench.procs import ROOT, Proc, spawn
 from bench.stats import Summary, summarize
-from bridge import contract
 from bridge.pipeline.events import serialize, to_cloudevent
-from bridge.pipeline.heartbeat import heartbeat_event
 from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status
 from sinks import _webhook_signing as signing
 from sinks.webhook import BATCH_SIZE
@@ -85,7 +84,7 @@ def fleet_events(sizes: Sizes, now: datetime) -> list[bytes]:
     for index in range(sizes.instances):
         vm = _vm(index)
         start = now - timedelta(hours=6)
-        bodies.append(_heartbeat(vm, now - timedelta(seconds=30), 0))
+        bodies.append(heartbeat(vm, 0, now - timedelta(seconds=30), up_for=timedelta(days=1)))
         for n in range(2 if per_vm >= 7 else 0):
             for step, status in enumerate((Status.SCHEDULED, Status.STARTED, Status.COMPLETED)):
                 at = start + timedelta(minutes=30 * n + step)
@@ -96,24 +95,12 @@ def fleet_events(sizes: Sizes, now: datetime) -> list[bytes]:
     sequence = 1
     while len(bodies) < sizes.events:
         vm = _vm(rng.randrange(sizes.instances))
-        bodies.append(_heartbeat(vm, now - timedelta(seconds=rng.randrange(1, 60)), sequence))
+        at = now - timedelta(seconds=rng.randrange(1, 60))
+        bodies.append(heartbeat(vm, sequence, at, up_for=timedelta(days=1)))
         sequence += 1
     for index in range(0, len(bodies) - 1, 7):  # some out of order
         bodies[index], bodies[index + 1] = bodies[index + 1], bodies[index]
     return bodies[: sizes.events]
-
-
-def _heartbeat(vm: Instance, at: datetime, sequence: int) -> bytes:
-    event = heartbeat_event(
-        vm,
-        sequence=sequence,
-        started_at=at - timedelta(days=1),
-        interval=300.0,
-        watcher_healthy=True,
-        spool_depth=0,
-        at=at,
-    )
-    return contract.encode(event)
 
 
 def _transition(

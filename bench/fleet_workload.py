@@ -34,6 +34,7 @@ from bridge import contract
 from bridge.pipeline.events import serialize, to_cloudevent
 from bridge.pipeline.heartbeat import heartbeat_event
 from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status
+from bridge.providers.aws.watcher import instance_of as aws_instance_of
 
 INTERVAL: Final = 300.0
 IN_FORCE: Final = 5_000
@@ -98,26 +99,25 @@ def vm(index: int) -> Instance:
             )
         case _:
             place = AWS_REGIONS[region]
-            instance_id = f"i-{index:017x}"
-            arn = f"arn:aws:ec2:{place}:{ACCOUNT}:instance/{instance_id}"
-            return Instance(
-                provider=Provider.AWS,
-                id=instance_id,
-                name=instance_id,
-                source=arn,
-                resource_id=arn,
-                zone=f"{place}{'abc'[zone]}",
-                location=place,
-                account=ACCOUNT,
-                instance_type="m6i.large",
+            return aws_instance_of(
+                {
+                    "instanceId": f"i-{index:017x}",
+                    "region": place,
+                    "accountId": ACCOUNT,
+                    "availabilityZone": f"{place}{'abc'[zone]}",
+                    "instanceType": "m6i.large",
+                }
             )
 
 
-def heartbeat(instance: Instance, sequence: int, at: datetime) -> bytes:
+def heartbeat(
+    instance: Instance, sequence: int, at: datetime, up_for: timedelta = timedelta(days=30)
+) -> bytes:
+    """A heartbeat as the sidecar writes it, from a sidecar started `up_for` before `at`."""
     event = heartbeat_event(
         instance,
         sequence=sequence,
-        started_at=at - timedelta(days=30),
+        started_at=at - up_for,
         interval=INTERVAL,
         watcher_healthy=True,
         spool_depth=0,

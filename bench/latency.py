@@ -30,7 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.plain import PlainFront, Served
-from bench.procs import Proc, bridge_config, spawn, start_bridge, stopped_on_exit, webhook
+from bench.procs import (
+    Proc,
+    bridge_config,
+    simulators_running,
+    spawn,
+    start_bridge,
+    stopped_on_exit,
+    webhook,
+)
 from bench.receiver import Receiver
 from bench.stats import Series
 from bridge.simulator import Simulator
@@ -189,74 +197,65 @@ async def azure(
         ),
     }
     sims = {name: Simulator(provider="azure") for name in series}
-    for sim in sims.values():
-        await sim.start()
-        sim.faults.set("azure", rate_limit=False)
     procs: list[Proc] = []
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            at = {name: await stack.enter_async_context(served(sim, plain))
-                  for name, sim in sims.items()}  # fmt: skip
-            with stopped_on_exit(procs):
-                for name, interval in polls.items():
-                    config = bridge_config(
-                        workdir / f"{prefix}{name}-latency",
-                        "azure",
-                        [webhook(receiver.url(_stream(profile_dir, name)))],
-                        gce_url=at[name].gce_url,
-                        azure_url=at[name].azure_url,
-                    )
-                    config["source"]["azure"]["poll_interval"] = interval
-                    spans = spans_file(profile_dir, name)
-                    procs.append(
-                        await start_bridge(f"{prefix}{name}-latency", workdir, config, spans)
-                    )
-                sample = await spawn(
-                    f"{prefix}azure-sample",
-                    ["-m", "bench.baseline", "azure", at["sample"].azure_url],
-                    workdir, stamped_stdout=True,
-                )  # fmt: skip
-                procs.append(sample)
-
-                def polled_twice(served: Served) -> bool:
-                    return sum(r.path.endswith("scheduledevents") for r in served.requests) >= 2
-
-                await until(
-                    lambda: all(polled_twice(s) for s in at.values()), 30, "the first Azure polls"
-                )
-                changes = await _play_azure(count, sims, spacing)
-                for name in polls:
-                    await receiver.wait(_stream(profile_dir, name), count, timeout=15)
-                last = changes[-1].incarnation if changes else 0
-                await until(lambda: _processed(sample) >= last, 15, "the Azure sample's last print")
-                for name in polls:
-                    records = await receiver.records(_stream(profile_dir, name))
-                    by_key = {(r["notice_id"], r["status"]): r for r in records}
-                    for change in changes:
-                        status = "scheduled" if change.added else "cancelled"
-                        record = by_key.get((change.event_id, status))
-                        answered = first_answer(at[name], "scheduledevents", change.at[name])
-                        if record is not None and answered is not None:
-                            t0 = change.at[name]
-                            series[name].add(t0, answered, record["at"])
-                printed = [
-                    (stamp, int(text.rsplit(" ", 1)[1]))
-                    for stamp, text in sample.lines
-                    if text.startswith("Processed events from document:")
-                ]
-                for change in changes:
-                    t0 = change.at["sample"]
-                    seen = next(
-                        (s for s, n in printed if n >= change.incarnation and s >= t0), None
-                    )
-                    answered = first_answer(at["sample"], "scheduledevents", t0)
-                    if seen is not None and answered is not None:
-                        series["sample"].add(t0, answered, seen)
-                for proc in procs:
-                    await proc.stop()
-    finally:
+    async with simulators_running(sims), contextlib.AsyncExitStack() as stack:
         for sim in sims.values():
-            await sim.stop()
+            sim.faults.set("azure", rate_limit=False)
+        at = {name: await stack.enter_async_context(served(sim, plain))
+              for name, sim in sims.items()}  # fmt: skip
+        with stopped_on_exit(procs):
+            for name, interval in polls.items():
+                config = bridge_config(
+                    workdir / f"{prefix}{name}-latency",
+                    "azure",
+                    [webhook(receiver.url(_stream(profile_dir, name)))],
+                    gce_url=at[name].gce_url,
+                    azure_url=at[name].azure_url,
+                )
+                config["source"]["azure"]["poll_interval"] = interval
+                spans = spans_file(profile_dir, name)
+                procs.append(await start_bridge(f"{prefix}{name}-latency", workdir, config, spans))
+            sample = await spawn(
+                f"{prefix}azure-sample",
+                ["-m", "bench.baseline", "azure", at["sample"].azure_url],
+                workdir, stamped_stdout=True,
+            )  # fmt: skip
+            procs.append(sample)
+
+            def polled_twice(served: Served) -> bool:
+                return sum(r.path.endswith("scheduledevents") for r in served.requests) >= 2
+
+            await until(
+                lambda: all(polled_twice(s) for s in at.values()), 30, "the first Azure polls"
+            )
+            changes = await _play_azure(count, sims, spacing)
+            for name in polls:
+                await receiver.wait(_stream(profile_dir, name), count, timeout=15)
+            last = changes[-1].incarnation if changes else 0
+            await until(lambda: _processed(sample) >= last, 15, "the Azure sample's last print")
+            for name in polls:
+                records = await receiver.records(_stream(profile_dir, name))
+                by_key = {(r["notice_id"], r["status"]): r for r in records}
+                for change in changes:
+                    status = "scheduled" if change.added else "cancelled"
+                    record = by_key.get((change.event_id, status))
+                    answered = first_answer(at[name], "scheduledevents", change.at[name])
+                    if record is not None and answered is not None:
+                        t0 = change.at[name]
+                        series[name].add(t0, answered, record["at"])
+            printed = [
+                (stamp, int(text.rsplit(" ", 1)[1]))
+                for stamp, text in sample.lines
+                if text.startswith("Processed events from document:")
+            ]
+            for change in changes:
+                t0 = change.at["sample"]
+                seen = next((s for s, n in printed if n >= change.incarnation and s >= t0), None)
+                answered = first_answer(at["sample"], "scheduledevents", t0)
+                if seen is not None and answered is not None:
+                    series["sample"].add(t0, answered, seen)
+            for proc in procs:
+                await proc.stop()
     return list(series.values())
 
 

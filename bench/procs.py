@@ -15,12 +15,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from bridge.simulator import Simulator
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -203,6 +205,20 @@ async def start_bridge(
     if spans is not None:
         command = ["-m", "bench.spans", str(spans), *command]
     return await spawn(name, command, directory)
+
+
+@contextlib.asynccontextmanager
+async def simulators_running(sims: Mapping[str, Simulator]) -> AsyncIterator[None]:
+    """Start every simulator of `sims`; stop each one started, however the benchmark ends."""
+    started: list[Simulator] = []
+    try:
+        for sim in sims.values():
+            await sim.start()
+            started.append(sim)
+        yield
+    finally:
+        for sim in started:
+            await sim.stop()
 
 
 @contextlib.contextmanager

@@ -50,12 +50,17 @@ Guarantees (SQLite in `state.dir`, WAL journal):
 
 All database work runs on one dedicated thread, so the event loop never blocks on fsync;
 the commits' fsyncs run on a second one, so reading the queue never waits for them.
+
+The SQL lives beside this module, one job each: `spool_schema` (tables, format, the checks
+at open), `spool_outbox` (events and the sinks' queues), `spool_dead_letters` (refused and
+overflowed events, replay, purge), `spool_state` (checkpoints, actions, notices in force);
+`spool_records` holds the rows and `SpoolError`. `Spool` runs them on its thread and keeps
+the durability and health bookkeeping; importers take every name from here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sqlite3
@@ -63,99 +68,34 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
-from bridge.infra.buildinfo import newer, version
 from bridge.infra.prometheus import PREFIX, Exposition
+from bridge.pipeline import spool_dead_letters, spool_outbox, spool_state
+from bridge.pipeline.spool_dead_letters import DEFAULT_MAX_PENDING, SPOOL_FULL
+from bridge.pipeline.spool_records import Action, DeadLetter, NewEvent, Spooled, SpoolError
+from bridge.pipeline.spool_schema import DB_NAME, FORMAT, integrity, open_database, written_by
+
+__all__ = [
+    "DB_NAME",
+    "DEFAULT_MAX_PENDING",
+    "FORMAT",
+    "SPOOL_FULL",
+    "Action",
+    "DeadLetter",
+    "NewEvent",
+    "Spool",
+    "SpoolError",
+    "SpoolHealth",
+    "Spooled",
+    "integrity",
+    "written_by",
+]
 
 T = TypeVar("T")
 log = logging.getLogger("bridge.spool")
-
-DB_NAME: Final = "spool.sqlite3"
-#: The spool's format (SQLite's `PRAGMA user_version`). Raised only by a release whose
-#: spool an older release would misread (a changed table, not a new one: older releases
-#: leave tables they do not know alone); the release that raises it says so in CHANGELOG.md.
-FORMAT: Final = 1
-DEFAULT_MAX_PENDING: Final = 100_000
-SPOOL_FULL: Final = "spool full: more than delivery.max_pending events waiting for this sink"
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS events (
-    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-    id       TEXT NOT NULL UNIQUE,
-    source   TEXT NOT NULL,
-    type     TEXT NOT NULL,
-    created  REAL NOT NULL,
-    body     BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS pending (
-    sink       TEXT NOT NULL,
-    seq        INTEGER NOT NULL,
-    attempts   INTEGER NOT NULL DEFAULT 0,
-    last_error TEXT,
-    PRIMARY KEY (sink, seq)
-) WITHOUT ROWID;
--- Acknowledging looks events up by seq alone (is any sink still waiting for it?): without
--- this index each acknowledged event scanned the whole queue, quadratic in the backlog.
-CREATE INDEX IF NOT EXISTS pending_by_seq ON pending (seq);
-CREATE TABLE IF NOT EXISTS dead_letters (
-    sink     TEXT NOT NULL,
-    seq      INTEGER NOT NULL,
-    reason   TEXT NOT NULL,
-    attempts INTEGER NOT NULL,
-    at       REAL NOT NULL,
-    PRIMARY KEY (sink, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS watcher_state (
-    name    TEXT PRIMARY KEY,
-    state   TEXT NOT NULL,
-    updated REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS actions (
-    key     TEXT PRIMARY KEY,
-    state   TEXT NOT NULL,
-    detail  TEXT NOT NULL,
-    updated REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS in_force (
-    key   TEXT PRIMARY KEY,
-    body  BLOB NOT NULL
-);
--- written_by: the version of the release that last opened the spool.
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
-
-
-class SpoolError(Exception):
-    """The spool cannot store or read (disk full, permissions, corruption)."""
-
-
-def integrity(path: Path) -> str:
-    """SQLite's own `quick_check` of the spool at `path`, opened read-only: "ok" or what is
-    wrong (for `doctor`, which must never change the spool a running bridge uses)."""
-    try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        return f"cannot open it: {exc}"
-    try:
-        rows = db.execute("PRAGMA quick_check").fetchall()
-    except sqlite3.Error as exc:
-        return str(exc)
-    finally:
-        db.close()
-    return "; ".join(str(row[0]) for row in rows[:5])
-
-
-def written_by(db: sqlite3.Connection) -> str | None:
-    """The version of the release that last opened the spool (None before 0.2.0)."""
-    try:
-        row = db.execute("SELECT value FROM meta WHERE key = 'written_by'").fetchone()
-    except sqlite3.OperationalError:  # no meta table: a spool of a build before 0.2.0
-        return None
-    return str(row[0]) if row else None
 
 
 @dataclass(slots=True)
@@ -173,42 +113,6 @@ class SpoolHealth:
         self.failing_since = None
 
 
-@dataclass(frozen=True, slots=True)
-class Spooled:
-    seq: int
-    id: str
-    body: bytes
-    attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class NewEvent:
-    id: str
-    source: str
-    type: str
-    body: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """One row of the actions table: `detail` is the JSON the planner stored with it."""
-
-    key: str
-    state: str
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    sink: str
-    seq: int
-    id: str
-    type: str
-    reason: str
-    attempts: int
-    at: float
-
-
 class Spool:
     """The SQLite outbox and the watchers' checkpoints (see the module docstring)."""
 
@@ -220,7 +124,6 @@ class Spool:
         self.max_pending = max_pending
         #: Events moved to the dead letters because a sink's queue was full, per sink.
         self.overflowed: dict[str, int] = {}
-        self._directory = directory
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
         #: Where the commits' fsyncs run, so that the dispatcher's read of a new event (on
         #: the spool thread) overlaps the fsync of the transaction that added it.
@@ -274,68 +177,9 @@ class Spool:
             raise SpoolError(f"spool {self.path}: {exc}") from exc
 
     def open_sync(self) -> None:
-        """Open (or create) the spool; `SpoolError` with what to do when it cannot be used.
-
-        A spool that is not a database, is damaged or cannot be opened is refused, never set
-        aside automatically: it may hold undelivered notices, and only an operator can decide
-        that they are lost. The error names the file and the way out.
-        """
-        try:
-            self._directory.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except (OSError, sqlite3.Error) as exc:
-            raise SpoolError(f"cannot open the spool {self.path}: {exc}") from exc
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute("PRAGMA busy_timeout=5000")
-            (verdict,) = db.execute("PRAGMA quick_check").fetchone()
-            if verdict != "ok":
-                raise sqlite3.DatabaseError(f"quick_check: {verdict}")
-            self._claim(db)
-        except SpoolError:
-            db.close()
-            raise
-        except (OSError, sqlite3.Error) as exc:
-            db.close()
-            raise SpoolError(
-                f"cannot use the spool {self.path}: {exc}. If it is damaged, move it aside "
-                f"(mv {self.path} {self.path}.damaged, with its -wal file if any) and start again "
-                "with an empty spool; "
-                "the notices it held can be read from the moved file with sqlite3's .recover"
-            ) from exc
-        self._db = db
-
-    def _claim(self, db: sqlite3.Connection) -> None:
-        """Refuse a spool of a newer format (naming the release that wrote it); else create
-        what is missing and record this release as the last to open it."""
-        (found,) = db.execute("PRAGMA user_version").fetchone()
-        writer = written_by(db)
-        if found > FORMAT:
-            raise SpoolError(
-                f"the spool {self.path} was written by maintenance-bridge {writer or 'unknown'} "
-                f"(spool format {found}); this is {version()}, which reads spool format "
-                f"{FORMAT} at most. Upgrade again to {writer or 'that release'} or newer; nothing "
-                "in the spool was changed"
-            )
-        if writer is not None and newer(writer, version()):
-            log.warning(
-                "the spool %s was last opened by maintenance-bridge %s, newer than this %s; "
-                "its format %d is this release's, so it is used as it is",
-                self.path,
-                writer,
-                version(),
-                found,
-            )
-        db.executescript(_SCHEMA)
-        db.execute("BEGIN IMMEDIATE")
-        db.execute(f"PRAGMA user_version = {FORMAT}")
-        db.execute(
-            "INSERT INTO meta (key, value) VALUES ('written_by', ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (version(),),
-        )
-        db.execute("COMMIT")
+        """Open (or create) the spool; `SpoolError` with what to do when it cannot be used
+        (`spool_schema.open_database`: a damaged spool is refused, never set aside)."""
+        self._db = open_database(self.path)
 
     async def open(self) -> None:
         loop = asyncio.get_running_loop()
@@ -396,76 +240,6 @@ class Spool:
 
     # -- writing ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _commit(
-        db: sqlite3.Connection,
-        events: Sequence[NewEvent],
-        checkpoints: dict[str, Any],
-        sinks: Sequence[str],
-        max_pending: int,
-        plan: Mapping[str, str],
-        states: Mapping[str, str],
-        in_force: Mapping[str, bytes | None],
-    ) -> tuple[list[int], dict[str, int]]:
-        now = time.time()
-        added: list[int] = []
-        db.execute("PRAGMA synchronous=NORMAL")  # `commit` fsyncs after waking the dispatcher
-        db.execute("BEGIN IMMEDIATE")
-        for event in events:
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO events (id, source, type, created, body) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (event.id, event.source, event.type, now, event.body),
-            )
-            if cursor.rowcount:
-                seq = cursor.lastrowid
-                assert seq is not None
-                added.append(seq)
-                db.executemany(
-                    "INSERT INTO pending (sink, seq) VALUES (?, ?)", [(s, seq) for s in sinks]
-                )
-        for name, state in checkpoints.items():
-            db.execute(
-                "INSERT INTO watcher_state (name, state, updated) VALUES (?, ?, ?) "
-                "ON CONFLICT(name) DO UPDATE SET state = excluded.state, "
-                "updated = excluded.updated",
-                (name, json.dumps(state), now),
-            )
-        db.executemany(
-            "INSERT OR IGNORE INTO actions (key, state, detail, updated) "
-            "VALUES (?, 'planned', ?, ?)",
-            [(key, detail, now) for key, detail in plan.items()],
-        )
-        db.executemany(
-            "INSERT INTO actions (key, state, detail, updated) VALUES (?, ?, '{}', ?) "
-            "ON CONFLICT(key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
-            [(key, state, now) for key, state in states.items()],
-        )
-        for key, body in in_force.items():
-            if body is None:
-                db.execute("DELETE FROM in_force WHERE key = ?", (key,))
-            else:
-                db.execute("INSERT OR REPLACE INTO in_force (key, body) VALUES (?, ?)", (key, body))
-        overflow: dict[str, int] = {}
-        for sink in sinks if added else ():
-            (count,) = db.execute("SELECT COUNT(*) FROM pending WHERE sink = ?", (sink,)).fetchone()
-            if count > max_pending:
-                oldest = db.execute(
-                    "SELECT seq FROM pending WHERE sink = ? ORDER BY seq LIMIT ?",
-                    (sink, count - max_pending),
-                ).fetchall()
-                db.executemany(
-                    "INSERT OR REPLACE INTO dead_letters (sink, seq, reason, attempts, at) "
-                    "SELECT sink, seq, ?, attempts, ? FROM pending WHERE sink = ? AND seq = ?",
-                    [(SPOOL_FULL, now, sink, seq) for (seq,) in oldest],
-                )
-                db.executemany(
-                    "DELETE FROM pending WHERE sink = ? AND seq = ?", [(sink, q) for (q,) in oldest]
-                )
-                overflow[sink] = len(oldest)
-        db.execute("COMMIT")
-        return added, overflow
-
     async def commit(
         self,
         events: Sequence[NewEvent],
@@ -486,15 +260,16 @@ class Spool:
         """
         sinks, bound = list(self.sinks), self.max_pending
         added, overflow = await self._write(
-            lambda db: self._commit(
+            lambda db: spool_outbox.commit(
                 db,
+                time.time(),
                 events,
-                checkpoints or {},
                 sinks,
                 bound,
-                plan or {},
-                states or {},
-                in_force or {},
+                checkpoints=checkpoints or {},
+                plan=plan or {},
+                states=states or {},
+                in_force=in_force or {},
             )
         )
         for sink, count in overflow.items():
@@ -556,72 +331,32 @@ class Spool:
         return signal
 
     async def ack(self, sink: str, seqs: Sequence[int]) -> None:
-        def _ack(db: sqlite3.Connection) -> None:
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany(
-                "DELETE FROM pending WHERE sink = ? AND seq = ?", [(sink, s) for s in seqs]
-            )
-            self._collect(db, seqs)
-            db.execute("COMMIT")
-
-        await self._run(_ack, write=True)
+        await self._write(partial(spool_outbox.ack, sink=sink, seqs=seqs))
 
     async def record_attempt(self, sink: str, seqs: Sequence[int], error: str) -> None:
-        def _record(db: sqlite3.Connection) -> None:
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executemany(
-                "UPDATE pending SET attempts = attempts + 1, last_error = ? "
-                "WHERE sink = ? AND seq = ?",
-                [(error, sink, s) for s in seqs],
-            )
-
-        await self._run(_record, write=True)
+        await self._write(partial(spool_outbox.record_attempt, sink=sink, seqs=seqs, error=error))
 
     async def dead_letter(self, sink: str, seqs: Sequence[int], reason: str) -> None:
         """Move events out of a sink's queue into the dead-letter table, with the reason."""
-
-        def _dead(db: sqlite3.Connection) -> None:
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute("BEGIN IMMEDIATE")
-            now = time.time()
-            for seq in seqs:
-                db.execute(
-                    "INSERT OR REPLACE INTO dead_letters (sink, seq, reason, attempts, at) "
-                    "SELECT sink, seq, ?, attempts + 1, ? FROM pending WHERE sink = ? AND seq = ?",
-                    (reason, now, sink, seq),
-                )
-                db.execute("DELETE FROM pending WHERE sink = ? AND seq = ?", (sink, seq))
-            db.execute("COMMIT")
-
-        await self._run(_dead, write=True)
-
-    @staticmethod
-    def _collect(db: sqlite3.Connection, seqs: Sequence[int]) -> None:
-        """Drop event bodies that no sink needs any more."""
-        db.executemany(
-            "DELETE FROM events WHERE seq = ? "
-            "AND NOT EXISTS (SELECT 1 FROM pending WHERE pending.seq = events.seq) "
-            "AND NOT EXISTS (SELECT 1 FROM dead_letters WHERE dead_letters.seq = events.seq)",
-            [(s,) for s in seqs],
+        now = time.time()
+        await self._write(
+            partial(spool_dead_letters.dead_letter, sink=sink, seqs=seqs, reason=reason, now=now)
         )
+
+    async def replay(self, sink: str | None = None, seqs: Sequence[int] | None = None) -> int:
+        """Put dead letters back in their sink's queue; return how many."""
+        return await self._write(partial(spool_dead_letters.replay, sink=sink, seqs=seqs))
+
+    async def purge(self, sink: str | None = None, seqs: Sequence[int] | None = None) -> int:
+        """Delete dead letters for good; return how many."""
+        return await self._write(partial(spool_dead_letters.purge, sink=sink, seqs=seqs))
 
     # -- reading ----------------------------------------------------------------------------
 
     async def pending(self, sink: str, limit: int, after: int = 0) -> list[Spooled]:
         """The oldest events not yet acknowledged by `sink`, from seq `after` on (exclusive:
         the dispatcher skips events delivered whose acknowledgement is still being written)."""
-
-        def _pending(db: sqlite3.Connection) -> list[Spooled]:
-            rows = db.execute(
-                "SELECT e.seq, e.id, e.body, p.attempts FROM pending p "
-                "JOIN events e ON e.seq = p.seq WHERE p.sink = ? AND p.seq > ? "
-                "ORDER BY p.seq LIMIT ?",
-                (sink, after, limit),
-            ).fetchall()
-            return [Spooled(seq, id_, bytes(body), attempts) for seq, id_, body, attempts in rows]
-
-        return await self._run(_pending)
+        return await self._run(partial(spool_outbox.pending, sink=sink, limit=limit, after=after))
 
     async def data_version(self) -> int:
         """SQLite's `PRAGMA data_version`: changes when another process commits to the spool
@@ -635,99 +370,22 @@ class Spool:
         return await self._run(_version, track=False)
 
     async def load_checkpoint(self, name: str) -> dict[str, Any] | None:
-        def _load(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute("SELECT state FROM watcher_state WHERE name = ?", (name,)).fetchone()
-            return json.loads(row[0]) if row else None
-
-        return await self._run(_load)
+        return await self._run(partial(spool_state.checkpoint, name=name))
 
     async def actions(self, states: Sequence[str] | None = None) -> list[Action]:
         """Actions in one of `states` (None: all), oldest first."""
-
-        def _actions(db: sqlite3.Connection) -> list[Action]:
-            rows = db.execute("SELECT key, state, detail FROM actions ORDER BY rowid").fetchall()
-            return [Action(*row) for row in rows if states is None or row[1] in states]
-
-        return await self._run(_actions)
+        return await self._run(partial(spool_state.actions, states=states))
 
     async def action_state(self, key: str) -> str | None:
-        def _state(db: sqlite3.Connection) -> str | None:
-            row = db.execute("SELECT state FROM actions WHERE key = ?", (key,)).fetchone()
-            return str(row[0]) if row else None
-
-        return await self._run(_state)
+        return await self._run(partial(spool_state.action_state, key=key))
 
     async def in_force(self) -> dict[str, bytes]:
         """The notices in force as last committed (key: the CloudEvent's bytes)."""
-
-        def _in_force(db: sqlite3.Connection) -> dict[str, bytes]:
-            rows = db.execute("SELECT key, body FROM in_force ORDER BY rowid").fetchall()
-            return {key: bytes(body) for key, body in rows}
-
-        return await self._run(_in_force)
+        return await self._run(spool_state.in_force)
 
     async def depth(self) -> dict[str, tuple[int, float | None]]:
         """Per sink: pending count and the creation time of its oldest pending event."""
-
-        def _depth(db: sqlite3.Connection) -> dict[str, tuple[int, float | None]]:
-            rows = db.execute(
-                "SELECT p.sink, COUNT(*), MIN(e.created) FROM pending p "
-                "JOIN events e ON e.seq = p.seq GROUP BY p.sink"
-            ).fetchall()
-            return {sink: (count, oldest) for sink, count, oldest in rows}
-
-        return await self._run(_depth)
+        return await self._run(spool_outbox.depth)
 
     async def dead_letters(self, sink: str | None = None) -> list[DeadLetter]:
-        def _list(db: sqlite3.Connection) -> list[DeadLetter]:
-            query = (
-                "SELECT d.sink, d.seq, e.id, e.type, d.reason, d.attempts, d.at "
-                "FROM dead_letters d JOIN events e ON e.seq = d.seq"
-            )
-            args: tuple[str, ...] = ()
-            if sink is not None:
-                query += " WHERE d.sink = ?"
-                args = (sink,)
-            rows = db.execute(query + " ORDER BY d.seq", args).fetchall()
-            return [DeadLetter(*row) for row in rows]
-
-        return await self._run(_list)
-
-    @staticmethod
-    def _dead_letters_matching(
-        db: sqlite3.Connection, sink: str | None, seqs: Sequence[int] | None
-    ) -> list[tuple[str, int]]:
-        """(sink, seq) of the dead letters a replay or purge applies to (None: all)."""
-        rows = db.execute("SELECT sink, seq FROM dead_letters").fetchall()
-        return [
-            (s, q) for s, q in rows if (sink is None or s == sink) and (seqs is None or q in seqs)
-        ]
-
-    async def replay(self, sink: str | None = None, seqs: Sequence[int] | None = None) -> int:
-        """Put dead letters back in their sink's queue; return how many."""
-
-        def _replay(db: sqlite3.Connection) -> int:
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute("BEGIN IMMEDIATE")
-            chosen = self._dead_letters_matching(db, sink, seqs)
-            for s, q in chosen:
-                db.execute("INSERT OR IGNORE INTO pending (sink, seq) VALUES (?, ?)", (s, q))
-                db.execute("DELETE FROM dead_letters WHERE sink = ? AND seq = ?", (s, q))
-            db.execute("COMMIT")
-            return len(chosen)
-
-        return await self._run(_replay, write=True)
-
-    async def purge(self, sink: str | None = None, seqs: Sequence[int] | None = None) -> int:
-        """Delete dead letters for good; return how many."""
-
-        def _purge(db: sqlite3.Connection) -> int:
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute("BEGIN IMMEDIATE")
-            chosen = self._dead_letters_matching(db, sink, seqs)
-            db.executemany("DELETE FROM dead_letters WHERE sink = ? AND seq = ?", chosen)
-            self._collect(db, [q for _, q in chosen])
-            db.execute("COMMIT")
-            return len(chosen)
-
-        return await self._run(_purge, write=True)
+        return await self._run(partial(spool_dead_letters.listed, sink=sink))

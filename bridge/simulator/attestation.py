@@ -38,6 +38,23 @@ class _Key:
     ca: Any  # x509.Certificate
 
 
+def _key_usage(*, ca: bool) -> Any:
+    """What a key may sign: a CA's certificates and CRLs only, a leaf's documents only."""
+    from cryptography import x509
+
+    return x509.KeyUsage(
+        digital_signature=not ca,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def _issue(name: str, ca_name: str) -> _Key:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -57,20 +74,7 @@ def _issue(name: str, ca_name: str) -> _Key:
         .not_valid_before(now)
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(ca_ski, critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -85,20 +89,7 @@ def _issue(name: str, ca_name: str) -> _Key:
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),

@@ -35,6 +35,17 @@ ActionParams = tuple[frozenset[str], frozenset[str]]
 BOTH: Final = ("gce", "azure")
 
 
+def camel_case_aliases(*fields: str) -> dict[str, str]:
+    """`identity_aliases` for fields the vendor's JSON spells in camelCase (`vm_id`: `vmId`),
+    so an identity override may use the name a user sees in the metadata."""
+    return {_camel(field): field for field in fields}
+
+
+def _camel(field: str) -> str:
+    first, *others = field.split("_")
+    return first + "".join(word.capitalize() for word in others)
+
+
 class SimulatedProvider(abc.ABC):
     """One cloud's simulated metadata service."""
 
@@ -44,6 +55,11 @@ class SimulatedProvider(abc.ABC):
     #: The request paths it answers; "" for the one that answers everything the others do
     #: not claim (its routes are added last).
     path_prefix: ClassVar[str]
+    #: What the banner calls it ("GCE metadata"), and the bridge's `[source.<name>]` key for
+    #: its URL; `first_request` follows the URL there (a path worth trying first).
+    title: ClassVar[str]
+    url_key: ClassVar[str]
+    first_request: ClassVar[str] = ""
     #: The vendor's documented request rate limit is on unless a test clears it.
     rate_limited: ClassVar[bool] = False
     #: The identity it serves: a frozen dataclass with defaults for every field.
@@ -70,9 +86,19 @@ class SimulatedProvider(abc.ABC):
         """The `sim.<...>` attributes it adds (its URL, and what else its users need)."""
         return {f"{self.name}_url": self.url(sim.base_url)}
 
-    @abc.abstractmethod
     def banner(self, sim: Simulator) -> list[str]:
-        """The lines `maintenance-bridge simulate` prints about it at start."""
+        """The lines `maintenance-bridge simulate` prints about it at start: what it serves
+        (`title`, its URL and `first_request`), `hints`, and the bridge's key for the URL."""
+        url = self.url(sim.base_url)
+        return [
+            f"  {self.title:<12}: {url}{self.first_request}",
+            *self.hints(sim),
+            f"    bridge config: source.{self.name}.{self.url_key} = {url}",
+        ]
+
+    def hints(self, sim: Simulator) -> list[str]:
+        """Banner lines between the URL and the bridge's key (GCE: the SDKs' variable)."""
+        return []
 
     def identity_json(self, identity: Any) -> dict[str, Any]:
         """The identity as `GET /_sim/state` shows it."""

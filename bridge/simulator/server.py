@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from aiohttp import web
 
@@ -36,6 +36,16 @@ logger = logging.getLogger("bridge.simulator")
 #: A provider's name, "both" (GCE and Azure, as before AWS existed) or "all".
 ProviderName = str
 _State = TypeVar("_State")
+
+
+class SimulatorOptions(TypedDict, total=False):
+    """`Simulator`'s keywords after `provider` that `SimulatorThread` passes on unchanged."""
+
+    scenario: str | Path | Scenario | None
+    speed: float
+    host: str
+    port: int
+    identity: Identity | dict[str, Any] | None
 
 
 class Simulator(Served):

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Unpack, cast
 
 from .clock import SimClock
 from .faults import Faults, FaultSet
@@ -24,7 +24,7 @@ from .identity import Identity
 from .part import parts
 from .requestlog import RequestRecord
 from .scenario import Scenario
-from .server import ProviderName, Simulator
+from .server import ProviderName, Simulator, SimulatorOptions
 
 T = TypeVar("T")
 _PROXIED = (
@@ -93,22 +93,9 @@ class SimulatorThread:
     """
 
     def __init__(
-        self,
-        provider: ProviderName = "both",
-        scenario: str | Path | Scenario | None = None,
-        speed: float = 1.0,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        identity: Identity | dict[str, Any] | None = None,
+        self, provider: ProviderName = "both", **options: Unpack[SimulatorOptions]
     ) -> None:
-        self._kwargs: dict[str, Any] = {
-            "provider": provider,
-            "scenario": scenario,
-            "speed": speed,
-            "host": host,
-            "port": port,
-            "identity": identity,
-        }
+        self._kwargs: dict[str, Any] = {"provider": provider, **options}
         self._sim: Simulator | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None

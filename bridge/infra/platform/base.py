@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 #: Called with the name of what asked for the stop ("SIGTERM", "Ctrl+Break", ...).
 StopRequest = Callable[[str], None]
+#: Called on a hang-up (POSIX SIGHUP; Windows has no such signal).
+Hangup = Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +50,7 @@ class Platform(Protocol):
     name: str
 
     def install_stop_handlers(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        on_stop: StopRequest,
-        on_hangup: Callable[[], None],
+        self, loop: asyncio.AbstractEventLoop, on_stop: StopRequest, on_hangup: Hangup
     ) -> None:
         """Call `on_stop` (on the loop) when the user or the service manager asks to stop,
         and `on_hangup` on a hang-up (POSIX SIGHUP; Windows has none)."""

@@ -21,12 +21,12 @@ import fcntl
 import os
 import resource
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from bridge.infra.platform.base import ProcessFigures, StopRequest
+from bridge.infra.platform.base import Hangup, ProcessFigures, StopRequest
 
 _PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
 
@@ -55,10 +55,7 @@ class Posix:
     name = "posix"
 
     def install_stop_handlers(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        on_stop: StopRequest,
-        on_hangup: Callable[[], None],
+        self, loop: asyncio.AbstractEventLoop, on_stop: StopRequest, on_hangup: Hangup
     ) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_stop, sig.name)

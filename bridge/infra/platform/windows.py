@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
 
-from bridge.infra.platform.base import ProcessFigures, StopRequest
+from bridge.infra.platform.base import Hangup, ProcessFigures, StopRequest
 
 #: `subprocess.CREATE_NEW_PROCESS_GROUP` (defined only on Windows): the child leads a new
 #: console process group, the target of Ctrl+Break.
@@ -92,10 +92,7 @@ class Windows:
     name: str = "windows"
 
     def install_stop_handlers(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        on_stop: StopRequest,
-        on_hangup: Callable[[], None],
+        self, loop: asyncio.AbstractEventLoop, on_stop: StopRequest, on_hangup: Hangup
     ) -> None:
         def requested(name: str) -> None:
             # A signal handler runs between two bytecodes of the main thread, outside the loop.

@@ -8,31 +8,23 @@ a transition is either spooled and remembered, or neither (and is then seen agai
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from bridge.pipeline.model import Instance, Kind, Notice, Origin, Status
-
-if TYPE_CHECKING:
-    from bridge.pipeline.watchers.http import MetadataClient, RequestStats
+from bridge.pipeline.watchers.http import MetadataClient, RequestStats, Sleep, real_sleep
 
 Clock = Callable[[], datetime]
-Sleep = Callable[[float], Awaitable[None]]
 #: A watcher's settings (its `[source.<name>]` table).
 Settings = TypeVar("Settings")
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-async def real_sleep(seconds: float) -> None:
-    await asyncio.sleep(seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,12 @@ would mean missing one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 from tenacity import RetryCallState, retry_if_exception_type
 
@@ -30,9 +31,16 @@ from bridge.infra.http1 import (
     TransportError,
 )
 from bridge.infra.prometheus import Histogram
-from bridge.pipeline.watchers.base import Sleep, real_sleep
 
 log = logging.getLogger("bridge.metadata")
+
+#: How a watcher waits (between retries, between polls); tests hand in one that does not.
+Sleep = Callable[[float], Awaitable[None]]
+
+
+async def real_sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
 
 #: The largest answer read from a metadata service; a longer one is refused, not cut short.
 MAX_ANSWER = 1024 * 1024
@@ -86,6 +94,16 @@ def _retry_after_of_error(state: RetryCallState) -> float | None:
         if isinstance(exc, MetadataError):
             return exc.retry_after
     return None
+
+
+class RequestOptions(TypedDict, total=False):
+    """What `MetadataClient.request` passes on to each attempt (`request_once`'s keywords)."""
+
+    params: Mapping[str, str] | None
+    content: bytes | None
+    timeout: float | None
+    accept: Collection[int]
+    headers: Mapping[str, str] | None
 
 
 class MetadataClient:
@@ -200,13 +218,9 @@ class MetadataClient:
         method: str,
         path: str,
         *,
-        params: Mapping[str, str] | None = None,
-        content: bytes | None = None,
-        timeout: float | None = None,
-        accept: Collection[int] = (200,),
         validate: Callable[[Response], object] | None = None,
         track: RequestStats | None = None,
-        headers: Mapping[str, str] | None = None,
+        **options: Unpack[RequestOptions],
     ) -> Response:
         """Like `request_once`, retried until it succeeds (and `validate` does not raise).
 
@@ -225,9 +239,7 @@ class MetadataClient:
         async for attempt in retrying:
             with attempt:
                 try:
-                    response = await self._checked(
-                        method, path, params, content, timeout, accept, validate, headers
-                    )
+                    response = await self._checked(method, path, validate, options)
                 except MetadataError as exc:
                     if track is not None:
                         track.failed(exc.cause)
@@ -241,23 +253,11 @@ class MetadataClient:
         self,
         method: str,
         path: str,
-        params: Mapping[str, str] | None,
-        content: bytes | None,
-        timeout: float | None,
-        accept: Collection[int],
         validate: Callable[[Response], object] | None,
-        headers: Mapping[str, str] | None = None,
+        options: RequestOptions,
     ) -> Response:
         """One attempt of `request`: `request_once`, then `validate` on its answer."""
-        response = await self.request_once(
-            method,
-            path,
-            params=params,
-            content=content,
-            timeout=timeout,
-            accept=accept,
-            headers=headers,
-        )
+        response = await self.request_once(method, path, **options)
         if validate is not None:
             try:
                 validate(response)

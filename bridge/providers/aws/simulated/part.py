@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.simulator.clock import SimClock
-from bridge.simulator.part import ActionParams, SimulatedProvider
+from bridge.simulator.part import ActionParams, SimulatedProvider, camel_case_aliases
 
 from .state import AwsIdentity, AwsQuirks, AwsState
 
@@ -21,18 +21,16 @@ if TYPE_CHECKING:
 class SimulatedAws(SimulatedProvider):
     name: ClassVar[str] = "aws"
     path_prefix: ClassVar[str] = "/latest/"
+    title: ClassVar[str] = "AWS IMDS"
+    url_key: ClassVar[str] = "imds_url"
+    first_request: ClassVar[str] = "latest/meta-data/spot/instance-action (IMDSv2)"
     # the document carries no audience and no expiry; it can be replayed
     attestation_faults: ClassVar[tuple[str, ...]] = ("bad_signature", "other_vm", "replayed")
     identity_type: ClassVar[type[Any]] = AwsIdentity
     # Overrides may use the identity document's (camelCase) names.
-    identity_aliases: ClassVar[dict[str, str]] = {
-        "instanceId": "instance_id",
-        "accountId": "account_id",
-        "availabilityZone": "availability_zone",
-        "instanceType": "instance_type",
-        "imageId": "image_id",
-        "privateIp": "private_ip",
-    }
+    identity_aliases: ClassVar[dict[str, str]] = camel_case_aliases(
+        "instance_id", "account_id", "availability_zone", "instance_type", "image_id", "private_ip"
+    )
     proxied: ClassVar[tuple[type[Any], ...]] = (AwsState, AwsQuirks)
     actions: ClassVar[dict[str, ActionParams]] = {
         "aws.spot": (frozenset(), frozenset({"spot_action", "time_in"})),
@@ -64,13 +62,6 @@ class SimulatedAws(SimulatedProvider):
     def url(self, base_url: str) -> str:
         """The IMDS base URL (`source.aws.imds_url`): paths start with ``latest/``."""
         return f"{base_url}/"
-
-    def banner(self, sim: Simulator) -> list[str]:
-        url = self.url(sim.base_url)
-        return [
-            f"  AWS IMDS    : {url}latest/meta-data/spot/instance-action (IMDSv2)",
-            f"    bridge config: source.aws.imds_url = {url}",
-        ]
 
     def new_state(self, identity: Any, clock: SimClock, notify: Callable[[], None]) -> AwsState:
         return AwsState(identity, clock, notify)

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.simulator.clock import SimClock
-from bridge.simulator.part import ActionParams, SimulatedProvider
+from bridge.simulator.part import ActionParams, SimulatedProvider, camel_case_aliases
 
 from .state import AzureIdentity, AzureQuirks, AzureState
 
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 class SimulatedAzure(SimulatedProvider):
     name: ClassVar[str] = "azure"
+    title: ClassVar[str] = "Azure IMDS"
+    url_key: ClassVar[str] = "imds_url"
+    first_request: ClassVar[str] = "scheduledevents?api-version=2020-07-01"
     path_prefix: ClassVar[str] = "/metadata"
     rate_limited: ClassVar[bool] = True  # IMDS allows 5 requests/s
     # the token's `xms_mirid` can name another resource; the attested document's nonce
@@ -34,12 +37,14 @@ class SimulatedAzure(SimulatedProvider):
     identity_type: ClassVar[type[Any]] = AzureIdentity
     # Overrides may use the JSON (camelCase) names users see in /metadata/instance.
     identity_aliases: ClassVar[dict[str, str]] = {
-        "vmId": "vm_id",
-        "subscriptionId": "subscription_id",
-        "resourceGroupName": "resource_group_name",
-        "vmScaleSetName": "vm_scale_set_name",
-        "vmSize": "vm_size",
-        "osType": "os_type",
+        **camel_case_aliases(
+            "vm_id",
+            "subscription_id",
+            "resource_group_name",
+            "vm_scale_set_name",
+            "vm_size",
+            "os_type",
+        ),
         "resourceId": "explicit_resource_id",
         "resource_id": "explicit_resource_id",
     }
@@ -69,13 +74,6 @@ class SimulatedAzure(SimulatedProvider):
 
     def url(self, base_url: str) -> str:
         return f"{base_url}/metadata/"
-
-    def banner(self, sim: Simulator) -> list[str]:
-        url = self.url(sim.base_url)
-        return [
-            f"  Azure IMDS  : {url}scheduledevents?api-version=2020-07-01",
-            f"    bridge config: source.azure.imds_url = {url}",
-        ]
 
     def identity_json(self, identity: Any) -> dict[str, Any]:
         return asdict(identity) | {"resource_id": identity.resource_id}

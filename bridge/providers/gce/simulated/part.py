@@ -33,6 +33,8 @@ _UPCOMING_TIME_FIELDS: Final = {
 
 class SimulatedGce(SimulatedProvider):
     name: ClassVar[str] = "gce"
+    title: ClassVar[str] = "GCE metadata"
+    url_key: ClassVar[str] = "metadata_url"
     path_prefix: ClassVar[str] = ""  # the real server answers every path
     # AWS documents carry no audience and no expiry; only Azure's token names a resource
     attestation_faults: ClassVar[tuple[str, ...]] = (
@@ -74,13 +76,8 @@ class SimulatedGce(SimulatedProvider):
         # `gce_host`: ``host:port``, the form ``GCE_METADATA_HOST`` takes.
         return super().attributes(sim) | {"gce_host": sim.address}
 
-    def banner(self, sim: Simulator) -> list[str]:
-        url = self.url(sim.base_url)
-        return [
-            f"  GCE metadata: {url}",
-            f"    export GCE_METADATA_HOST={sim.address}",
-            f"    bridge config: source.gce.metadata_url = {url}",
-        ]
+    def hints(self, sim: Simulator) -> list[str]:
+        return [f"    export GCE_METADATA_HOST={sim.address}"]
 
     def new_state(self, identity: Any, clock: SimClock, notify: Callable[[], None]) -> GceState:
         return GceState(identity, notify)
