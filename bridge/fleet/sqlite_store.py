@@ -27,7 +27,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from bridge import contract
-from bridge.fleet import bounds, paging, sql, tallies
+from bridge.fleet import bounds, migrations, paging, sql, tallies
 from bridge.fleet.state import FINISHED_RANK, RANK, zone_of
 from bridge.fleet.store import (
     Accepted,
@@ -80,8 +80,8 @@ NOTICE_ORDER: Final = f"{NOTICE_START}, n.time, n.source, n.notice_id"
 _INSTANCES: Final = (
     "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
     "resource_group, scale_set, resource_id, first_seen, last_seen, last_heartbeat, "
-    "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at "
-    "FROM instances"
+    "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at, "
+    "retired_at FROM instances"
 )
 _EVENTS: Final = "SELECT seq, ingest, received_at, body FROM events"
 
@@ -101,7 +101,12 @@ def _notice_id(event: contract.Event) -> str | None:
     return None
 
 
-def apply(db: Any, batch: Batch) -> IngestResult:
+#: How `apply` appends a batch's events to the audit log: (db, batch, items) -> the
+#: (source, id) of those that were new (PostgreSQL's partitioned log has its own).
+EventWriter = Callable[[Any, Batch, list[Accepted]], set[tuple[str, str]]]
+
+
+def apply(db: Any, batch: Batch, insert_events: EventWriter | None = None) -> IngestResult:
     """Write `batch` with `db` inside the caller's transaction (any DB-API connection whose
     placeholders are `?`). Returns what was new, known, refused.
 
@@ -110,7 +115,7 @@ def apply(db: Any, batch: Batch) -> IngestResult:
     notice upsert's forward-only rule makes that order irrelevant anyway).
     """
     items = list(batch.accepted)
-    inserted = _insert_events(db, batch, items)
+    inserted = (insert_events or _insert_events)(db, batch, items)
     applied: set[tuple[str, str]] = set()
     lags: list[float] = []
     instances: dict[str, list[Any]] = {}
@@ -182,24 +187,29 @@ def _insert_events(db: Any, batch: Batch, items: list[Accepted]) -> set[tuple[st
     """
     inserted: set[tuple[str, str]] = set()
     for item in items:
-        event = item.event
+        source, id_, type_, instance, notice, time, body = event_row(item)
         cursor = db.execute(
             sql.INSERT_EVENT,
-            (
-                event.source,
-                event.id,
-                event.type,
-                event.instance.name,
-                _notice_id(event),
-                _epoch(event.time),
-                batch.received_at,
-                batch.ingest,
-                item.body.decode(),
-            ),
+            (source, id_, type_, instance, notice, time, batch.received_at, batch.ingest, body),
         )
         if cursor.rowcount == 1:
-            inserted.add((event.source, event.id))
+            inserted.add((source, id_))
     return inserted
+
+
+def event_row(item: Accepted) -> tuple[str, str, str, str, str | None, float, str]:
+    """The audit log's columns of one event: source, id, type, instance, notice_id, time,
+    body (the receive time and the ingest are the batch's)."""
+    event = item.event
+    return (
+        event.source,
+        event.id,
+        event.type,
+        event.instance.name,
+        _notice_id(event),
+        _epoch(event.time),
+        item.body.decode(),
+    )
 
 
 def _merge_instance(instances: dict[str, list[Any]], event: contract.Event, time: float) -> None:
@@ -397,6 +407,9 @@ class Reads:
         conditions: list[tuple[str, Any]] = [
             ("provider = ?", query.provider),
             ("zone = ?", query.zone),
+            # As `state.instance_state` decides: retired first, then by the last heartbeat.
+            ("retired_at IS NOT NULL", True if query.state == "retired" else None),
+            ("retired_at IS NULL", True if query.state in ("silent", "reporting") else None),
             (f"{silent_at} < ?", query.now if query.state == "silent" else None),
             (f"{silent_at} >= ?", query.now if query.state == "reporting" else None),
         ]
@@ -500,54 +513,31 @@ class Reads:
 
     @staticmethod
     def notice_counts(db: Any) -> list[tuple[str, str | None, str, str, int]]:
-        kept = tallies.read(db)
-        if kept is not None:
-            return sorted(
-                (p, z or None, k, s, n) for kind, p, z, k, s, n in kept if kind == "in_force"
-            )
-        rows = db.execute(
-            "SELECT provider, zone, kind, status, COUNT(*) FROM notices WHERE rank < 2 "
-            "GROUP BY provider, zone, kind, status ORDER BY provider, zone, kind, status"
-        ).fetchall()
-        return [(str(p), z, str(k), str(s), int(n)) for p, z, k, s, n in rows]
+        return sorted(
+            (p, z or None, k, s, n)
+            for kind, p, z, k, s, n in tallies.read(db)
+            if kind == "in_force"
+        )
 
     @staticmethod
     def instance_counts(db: Any, now: float) -> list[tuple[str, str, str, int, int]]:
         """(provider, sidecar version, zone or "", instances, of which silent at `now`)."""
-        kept = tallies.read(db)
-        if kept is None:
-            rows = db.execute(
-                f"SELECT provider, COALESCE(agent_version, '{tallies.UNKNOWN_VERSION}'), "  # noqa: S608
-                "COALESCE(zone, ''), COUNT(*) FROM instances GROUP BY 1, 2, 3"
-            ).fetchall()
-            totals = {(str(p), str(v), str(z)): int(n) for p, v, z, n in rows}
-        else:
-            totals = {(p, v, z): n for kind, p, v, z, _, n in kept if kind == "instances"}
+        totals = {(p, v, z): n for kind, p, v, z, _, n in tallies.read(db) if kind == "instances"}
         silent = {(p, v, z): n for p, v, z, n in tallies.silent_by(db, now)}
         return sorted((*key, n, silent.get(key, 0)) for key, n in totals.items())
 
     @staticmethod
     def counts(db: Any) -> dict[str, int]:
-        kept = tallies.read(db)
-        if kept is not None:
-            found = dict.fromkeys(("events", "instances", "notices", "rejected"), 0)
-            found["notices_in_force"] = 0
-            for kind, *_keys, n in kept:
-                if kind == "in_force":
-                    found["notices_in_force"] += n
-                elif kind in found:
-                    found[kind] += n
-            return found
-        counts = {}
-        for name, query in (
-            ("events", "SELECT COUNT(*) FROM events"),
-            ("instances", "SELECT COUNT(*) FROM instances"),
-            ("notices", "SELECT COUNT(*) FROM notices"),
-            ("notices_in_force", "SELECT COUNT(*) FROM notices WHERE rank < 2"),
-            ("rejected", "SELECT COUNT(*) FROM rejected"),
-        ):
-            (counts[name],) = db.execute(query).fetchone()
-        return counts
+        found = dict.fromkeys(("events", "instances", "notices", "rejected"), 0)
+        found["notices_in_force"] = found["instances_retired"] = 0
+        for kind, *_keys, n in tallies.read(db):
+            if kind == "in_force":
+                found["notices_in_force"] += n
+            elif kind == "retired":
+                found["instances_retired"] += n
+            elif kind in found:
+                found[kind] += n
+        return found
 
     @staticmethod
     def checkpoints(db: Any, ingest: str) -> dict[str, str]:
@@ -636,13 +626,7 @@ class SqliteStore(ReadQueries):
             db = self._connect()
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            for statement in sql.schema(sql.SQLITE_SERIAL):
-                db.execute(statement)
-            for statement in sql.READ_INDEXES:
-                db.execute(statement)
-            db.execute("BEGIN IMMEDIATE")
-            tallies.prepare(db, tallies.sqlite_ddl())
-            db.execute("COMMIT")
+            migrations.upgrade(db, migrations.SQLITE, f"at {self.path}")
             self._write_db = db
             self._read_db = self._connect()
         except (OSError, sqlite3.Error) as exc:
@@ -664,8 +648,14 @@ class SqliteStore(ReadQueries):
             found = db.execute(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'"
             ).fetchone()[0]
+            if found:
+                migrations.check(db, migrations.SQLITE, f"at {self.path}")
         except sqlite3.Error as exc:
+            db.close()
             raise StoreError(f"cannot read the fleet store at {self.path}: {exc}") from exc
+        except StoreError:
+            db.close()
+            raise
         if not found:
             db.close()
             raise StoreError(f"{self.path} is not a fleet store (it has no events table)")
@@ -716,6 +706,8 @@ class SqliteStore(ReadQueries):
 
         await self._read(lambda db: db.execute("SELECT 1").fetchone())
         await self._run(self._writer, probe, write=True)
+
+    dialect: Final = migrations.SQLITE.name
 
     async def ingest(self, batch: Batch) -> IngestResult:
         (result,) = await self.ingest_many([batch])
