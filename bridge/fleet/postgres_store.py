@@ -6,8 +6,8 @@ Keep the password out of the file: libpq reads `PGPASSWORD` or a `PGPASSFILE`, o
 URL can come from `MAINTENANCE_BRIDGE__FLEET__STORE__URL`.
 
 It is the SQLite store's logic on another connection: the same statements
-(`bridge.fleet.sql`), the same writer (`sqlite_store.apply`) and queries
-(`sqlite_store.Reads`), through `_Qmark`, which rewrites their `?` placeholders to psycopg's
+(`bridge.fleet.sql`), the same writer (`bridge.fleet.writes.apply`) and queries
+(`bridge.fleet.reads`), through `_Qmark`, which rewrites their `?` placeholders to psycopg's
 `%s`. What differs is the audit log, partitioned by month with its own de-duplication table
 (`bridge.fleet.partitions`: events go in as one multi-row statement per batch), and the
 schema's later steps (`bridge.fleet.migrations`), run at open on a connection of their own.
@@ -45,7 +45,7 @@ from psycopg import errors as pgerrors
 from psycopg_pool import ConnectionPool
 
 from bridge.fleet import migrations, partitions, sql
-from bridge.fleet.sqlite_store import ReadQueries, apply, event_row
+from bridge.fleet.reads import ReadQueries
 from bridge.fleet.store import (
     Accepted,
     Batch,
@@ -53,6 +53,7 @@ from bridge.fleet.store import (
     StoreError,
     UnstorableError,
 )
+from bridge.fleet.writes import apply, event_row
 
 T = TypeVar("T")
 log = logging.getLogger("bridge.fleet.store")

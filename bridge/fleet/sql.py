@@ -103,7 +103,7 @@ def schema(serial: str) -> list[str]:
 
 #: Indexes of the API's paged lists (`bridge.fleet.paging`): each list's keyset order, so a
 #: page is an index seek and `limit` rows. The notices' order is
-#: `sqlite_store.NOTICE_ORDER` written without the table alias (both planners match it).
+#: `bridge.fleet.reads.NOTICE_ORDER` written without the table alias (both planners match it).
 READ_INDEXES: Final = (
     "CREATE INDEX IF NOT EXISTS notices_order ON notices "
     "((COALESCE(not_before, 9e18)), time, source, notice_id) WHERE rank < 2",

@@ -8,7 +8,7 @@ back ingest counts nothing:
 - `instances` by (provider, sidecar version, zone): triggers on `instances` (an insert, or
   an update that changes one of them: a heartbeat naming a new build);
 - `notices` (all) and `in_force` by (provider, zone, kind, status): triggers on `notices`;
-- `events` and `rejected`: one increment per batch from `sqlite_store.apply` (a row trigger
+- `events` and `rejected`: one increment per batch from `writes.apply` (a row trigger
   on the audit log would cost an upsert per event of every batch);
 - `retired` instances (`bridge.fleet.retention`): a trigger on `instances.retired_at`.
 
@@ -195,7 +195,7 @@ def _silent_fill(minute: str) -> str:
     )
 
 
-#: `sqlite_store.apply`: the batch's new events and refused inputs, one statement each.
+#: `writes.apply`: the batch's new events and refused inputs, one statement each.
 BUMP: Final = _ADD.format(values="?, '', '', '', '', ?")
 
 

@@ -16,8 +16,8 @@ import pytest
 from bridge.fleet import paging
 from bridge.fleet.api import fleet_summary
 from bridge.fleet.config import parse_fleet_config
+from bridge.fleet.reads import NOTICE_ORDER
 from bridge.fleet.service import FleetService, build_store
-from bridge.fleet.sqlite_store import NOTICE_ORDER
 from bridge.fleet.store import InstanceQuery, NoticeFilter, Store
 from bridge.pipeline.model import Status
 from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat, transition

@@ -17,8 +17,8 @@ import pytest
 
 from bridge.fleet import partitions, sql
 from bridge.fleet.postgres_store import READERS, PostgresStore
+from bridge.fleet.reads import Reads
 from bridge.fleet.retention import DAY, prune_heartbeats
-from bridge.fleet.sqlite_store import Reads
 from bridge.fleet.store import EventQuery, NoticeFilter, StoreError
 from tests.fleet.factories import batch, gce_vm, heartbeat
 
