@@ -229,8 +229,13 @@ async def test_the_api_shows_a_retired_instance_and_it_is_never_eligible(
         assert (quiet["name"], quiet["state"]) == ("quiet-1", "retired")
         assert quiet["state_reason"] == "not heard from for 0 days"
         assert quiet["retired_at"] is not None
-        summary = (await http.get("/v1/fleet/summary")).json()
-        assert summary["instances"]["retired"] == 1
+        summary = (await http.get("/v1/fleet/summary")).json()["instances"]
+        assert summary["retired"] == 1
+        assert summary["total"] == summary["reporting"] + summary["silent"] + 1
+        silent = (await http.get("/v1/fleet/instances?state=silent")).json()["instances"]
+        assert "quiet-1" not in [i["name"] for i in silent]  # retired, not silent
+        metrics = (await http.get("/metrics")).text
+        assert 'fleet_instances{state="retired"} 1' in metrics
         eligible = (await http.get("/v1/fleet/eligible?instance=quiet-1")).json()
         (answer,) = eligible["candidates"]
         assert (answer["eligible"], answer["reason"]) == (
