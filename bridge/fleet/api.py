@@ -198,9 +198,11 @@ def _instance_entry(
         twin: None if instance[field] is None else epoch_rfc3339(instance[field])
         for field, twin in INSTANCE_TIMES.items()
     }
+    retired = instance.get("retired_at")
     return {
         **instance,
         **times,
+        "retired_at": None if retired is None else epoch_rfc3339(retired),  # new: RFC 3339 only
         "state": current,
         "state_reason": why,
         "notices": in_force.get(instance["source"], []),
