@@ -124,6 +124,58 @@ async def test_an_unversioned_store_opens_upgraded_with_everything_kept(v1_url: 
         await reader.close()
 
 
+def schema_of(url: str) -> set[tuple[str, ...]]:
+    """The tables, indexes, triggers and columns of the store at `url` (on PostgreSQL
+    without the month partitions, whose names depend on the date)."""
+    if url.startswith("sqlite://"):
+        with sqlite3.connect(url.removeprefix("sqlite://")) as db:
+            found = set(
+                db.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+            )
+            tables = [name for kind, name in found if kind == "table"]
+            for table in tables:
+                found |= {
+                    ("column", table, row[1]) for row in db.execute(f"PRAGMA table_info({table})")
+                }
+            return found
+    month = "'^events_[0-9]{4}_[0-9]{2}'"
+    with psycopg.connect(url) as connection:
+        found = set(
+            connection.execute(
+                "SELECT relkind::text, relname::text FROM pg_class "  # noqa: S608
+                f"WHERE relnamespace = 'public'::regnamespace AND relname !~ {month}".encode()
+            )
+        )
+        found |= {
+            ("trigger", str(name))
+            for (name,) in connection.execute(
+                b"SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"
+            )
+        }
+        found |= set(
+            connection.execute(
+                "SELECT 'column', table_name::text, column_name::text, data_type::text "  # noqa: S608
+                "FROM information_schema.columns WHERE table_schema = 'public' "
+                f"AND table_name !~ {month}".encode()
+            )
+        )
+        return found
+
+
+async def test_an_upgraded_store_has_the_schema_of_a_new_one(
+    v1_url: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if v1_url.startswith("sqlite://"):
+        fresh = f"sqlite://{tmp_path / 'fresh.sqlite3'}"
+    else:
+        fresh = request.getfixturevalue("postgres_server").create_database()
+    for url in (v1_url, fresh):
+        store = build_store(url)
+        await store.open()
+        await store.close()
+    assert schema_of(v1_url) == schema_of(fresh)
+
+
 async def test_an_upgraded_store_goes_on_taking_events(v1_url: str) -> None:
     from tests.fleet.factories import batch, gce_vm, heartbeat
     from tests.fleet.test_store import at
