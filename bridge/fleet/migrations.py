@@ -5,13 +5,13 @@ its number, when, by which release). Opening a store for writing runs every step
 database's version, each in ONE transaction with the row that records it, so a crash in a
 step leaves the version before it and the next start runs that step again from scratch.
 
-Version 1 is the schema as the releases before versioned schemas created it
-(`bridge.fleet.sql.schema`, no `schema_version` table; the last of them also made the list
-indexes and the tallies, now steps 5 and 6): a database with an `events` table and no
-`schema_version` is taken as version 1 and upgraded from there, so a store written by that
-release opens after the upgrade with its events, notices, instances, counts, refused
-inputs and checkpoints as they were (tests/fleet/test_migrations.py upgrades the fixtures
-that release's code wrote, tests/fixtures/fleet-store-v1/).
+Version 1 is the schema as 0.2.0 created it (`bridge.fleet.sql.schema`, no
+`schema_version` table; 0.2.0 also made the list indexes and the tallies, now steps 5 and
+6): a database with an `events` table and no `schema_version` is taken as version 1 and
+upgraded from there, so a store written by that release opens after the upgrade with its
+events, notices, instances, counts, refused inputs and checkpoints as they were
+(tests/fleet/test_migrations.py upgrades the fixtures that release's code wrote,
+tests/fixtures/fleet-store-v1/).
 
 A database of a NEWER version than this build knows is refused before anything is read or
 written, with a message naming both versions: an older binary must not write rows that the
@@ -167,7 +167,7 @@ def _tallies(db: Any, dialect: Dialect) -> None:
 
 
 #: Every step, in order; the last one's number is the schema this build writes. Steps 5
-#: and 6 are what the last unversioned release created with `IF NOT EXISTS` at every open
+#: and 6 are what 0.2.0 created with `IF NOT EXISTS` at every open
 #: (its stores have them already: their statements are idempotent, so they find them done).
 STEPS: Final[tuple[Step, ...]] = (
     Step(1, "the tables of 0.2.0", run=_v1),
