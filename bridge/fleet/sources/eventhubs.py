@@ -88,7 +88,7 @@ class EventHubsSource:
             from bridge.fleet.sources.eventhubs_ownership import StoreOwnership
 
             sharing = {
-                "checkpoint_store": StoreOwnership(ingestor.store, self.name),  # type: ignore[arg-type]
+                "checkpoint_store": StoreOwnership(ingestor.store, self.name),
                 "load_balancing_interval": config.load_balancing_interval,
             }
         client, self._credential = open_client(

@@ -25,7 +25,7 @@ from typing import Any
 
 from azure.eventhub.aio import CheckpointStore
 
-from bridge.fleet.retention import Prunable
+from bridge.fleet.store import Store
 
 _KEY = "namespace = ? AND eventhub = ? AND consumer_group = ? AND partition_id = ?"
 
@@ -33,7 +33,7 @@ _KEY = "namespace = ? AND eventhub = ? AND consumer_group = ? AND partition_id =
 class StoreOwnership(CheckpointStore):
     """The SDK's checkpoint store over the fleet store (see the module docstring)."""
 
-    def __init__(self, store: Prunable, source: str) -> None:
+    def __init__(self, store: Store, source: str) -> None:
         self.store = store
         self.source = source
 
