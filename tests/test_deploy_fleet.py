@@ -347,7 +347,7 @@ def test_each_example_loads_and_shows_every_key(name: str, scheme: str, tmp_path
     # to write "none".
     written = tomllib.loads(text)["fleet"]
     optional = {"tls_cert", "tls_key", "client_ca", "proxy_header", "trusted_proxies"}
-    for table in ("listener", "store", "api", "auth"):
+    for table in ("listener", "store", "retention", "api", "auth"):
         keys = set(getattr(config, table).__struct_fields__)
         assert set(written[table]) == keys - optional, table
         for key in keys & optional:

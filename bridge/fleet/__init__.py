@@ -8,7 +8,9 @@ so other transports and databases plug in without touching the rest:
   Kafka sources implement the same interface.
 - `store` (`bridge.fleet.store.Store`): where the fleet state lives. SQLite
   (`bridge.fleet.sqlite_store`) is the default; a PostgreSQL store implements the same
-  interface with the same SQL (`bridge.fleet.sql`).
+  interface with the same SQL (`bridge.fleet.sql`; the shared write side in
+  `bridge.fleet.writes`, the queries in `bridge.fleet.reads`, the schema's versions in
+  `bridge.fleet.migrations`).
 - `state`: the rules both stores apply (which transition wins, who is silent, who is
   eligible), pure functions.
 - `api`: `/v1/fleet/...`, `/metrics`, `/healthz`, `/readyz` on one aiohttp listener.

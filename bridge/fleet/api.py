@@ -5,8 +5,8 @@
 - `GET /v1/fleet/upcoming?within=24h`: scheduled notices starting within the horizon,
   soonest first (`within`: seconds or `90m`, `24h`, `7d`; default 24h); scheduled ones with
   no known time are listed apart under `time_unknown`.
-- `GET /v1/fleet/instances`: instances by name, `reporting` or `silent`, with the ids of
-  their notices in force (filters `state`, `provider`, `zone`, `q`);
+- `GET /v1/fleet/instances`: instances by name, `reporting`, `silent` or `retired`, with the
+  ids of their notices in force (filters `state`, `provider`, `zone`, `q`);
   `GET /v1/fleet/instances/{name or source}` one of them (404 when unknown).
 - `GET /v1/fleet/eligible?instance=a&instance=b&horizon=3600`: each candidate eligible or
   not and why, `preferred` the first eligible one in the order given; 200 when one is, 503
@@ -72,7 +72,7 @@ COMMIT_FAILURE_HOLD: Final = 60.0
 PROVIDERS: Final = get_args(contract.ProviderName)
 KINDS: Final = get_args(contract.KindName)
 STATUSES: Final = get_args(contract.StatusName)
-STATES: Final = ("reporting", "silent")
+STATES: Final = ("reporting", "silent", "retired")
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
@@ -145,13 +145,17 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
     and status, the store's row counts (`/v1/fleet/summary` and `fleet status`): all from the
     counts the store keeps as events arrive (`bridge.fleet.tallies`), never a recount."""
     now = time.time()
-    states: Counter[str] = Counter({"reporting": 0, "silent": 0})
+    states: Counter[str] = Counter({"reporting": 0, "silent": 0, "retired": 0})
     providers: Counter[str] = Counter()
     rows = await store.instance_counts(now)
     for provider, _version, _zone, total, silent in rows:
         states["reporting"] += total - silent
         states["silent"] += silent
         providers[provider] += total
+    counts = await store.counts()
+    # Retired instances went unheard far longer than three heartbeats: among the silent.
+    states["retired"] = min(counts.get("instances_retired", 0), states["silent"])
+    states["silent"] -= states["retired"]
     by: dict[str, Counter[str]] = {k: Counter() for k in ("provider", "zone", "kind", "status")}
     total = 0
     for provider, zone, kind, status, count in await store.notice_counts():
@@ -171,7 +175,7 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
             "by_version": rollout.by_version_counts(rows),
         },
         "notices_in_force": {"total": total, **{f"by_{k}": dict(v) for k, v in by.items()}},
-        "store": await store.counts(),
+        "store": counts,
     }
 
 
@@ -194,9 +198,11 @@ def _instance_entry(
         twin: None if instance[field] is None else epoch_rfc3339(instance[field])
         for field, twin in INSTANCE_TIMES.items()
     }
+    retired = instance.get("retired_at")
     return {
         **instance,
         **times,
+        "retired_at": None if retired is None else epoch_rfc3339(retired),  # new: RFC 3339 only
         "state": current,
         "state_reason": why,
         "notices": in_force.get(instance["source"], []),

@@ -90,6 +90,11 @@ class EventHubsSourceConfig(_BusSource, frozen=True, kw_only=True):
     #: Where a partition without a checkpoint starts: its oldest retained event, or new ones.
     start: Literal["earliest", "latest"] = "earliest"
     transport: Literal["amqp", "websockets"] = "amqp"
+    #: Replicas split the partitions, their ownership kept in the fleet store
+    #: (bridge/fleet/sources/eventhubs_ownership.py); off: each replica reads them all.
+    share_partitions: bool = False
+    #: Seconds between two looks at who owns what; an owner silent for 6 of them loses all.
+    load_balancing_interval: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
 
     def __post_init__(self) -> None:
         check_target(self.connection_string, self.fully_qualified_namespace, self.eventhub)

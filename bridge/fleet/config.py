@@ -8,6 +8,8 @@ port = 8470
 # tls_key = "/etc/maintenance-bridge/fleet.key"     # with client_ca
 [fleet.store]
 url = "sqlite:///var/lib/maintenance-bridge/fleet.sqlite3"
+[fleet.retention]         # how long the store keeps what: bridge/fleet/retention.py
+events_days = 400
 [[fleet.sources]]
 type = "http"
 secrets = ["env:FLEET_WEBHOOK_SECRET"]
@@ -43,6 +45,7 @@ from bridge.fleet.auth_config import FleetAuth, check_token
 from bridge.fleet.bus_config import EventHubsSourceConfig, PubsubSourceConfig
 from bridge.fleet.identity.config import IdentityConfig, IdentityMode
 from bridge.fleet.kafka_config import KafkaSourceConfig
+from bridge.fleet.retention import FleetRetention
 from bridge.infra import tls
 from bridge.infra.secrets import Secret
 from bridge.infra.tracing import TracingSettings
@@ -217,6 +220,7 @@ class FleetConfig(_Table, frozen=True, kw_only=True):
     ingest: FleetIngest = FleetIngest()
     auth: FleetAuth = FleetAuth()
     identity: IdentityConfig | None = None
+    retention: FleetRetention = FleetRetention()
     tracing: FleetTracing | None = None
     sources: tuple[Any, ...] = ()
 

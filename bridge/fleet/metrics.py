@@ -167,10 +167,15 @@ async def _store_figures(out: Exposition, store: Store) -> None:
     for *_group, total, silent in instances:
         states["reporting"] += total - silent
         states["silent"] += silent
+    retired = min(counts.pop("instances_retired", 0), states["silent"])
+    if retired:  # retired instances are silent ones that retention marked
+        states["silent"] -= retired
+        states["retired"] = retired
     out.add(
         "fleet_instances",
         "gauge",
-        "Instances known to the fleet, by heartbeat state (silent: 3 intervals missed).",
+        "Instances known to the fleet, by state (silent: 3 heartbeat intervals missed; "
+        "retired: not heard from for [fleet.retention] retire_after_days).",
         (({"state": state}, n) for state, n in sorted(states.items())),
     )
     out.add(

@@ -5,28 +5,35 @@ extra installs psycopg 3; `bridge.fleet.service.build_store` imports this module
 Keep the password out of the file: libpq reads `PGPASSWORD` or a `PGPASSFILE`, or the whole
 URL can come from `MAINTENANCE_BRIDGE__FLEET__STORE__URL`.
 
-It is the SQLite store's logic on another connection: the same tables and statements
-(`bridge.fleet.sql`), the same writer (`sqlite_store.apply`) and queries
-(`sqlite_store.Reads`), through `_Qmark`, which rewrites their `?` placeholders to psycopg's
-`%s`. As in the SQLite store, writes use one connection on one thread and reads another,
-each with its own thread so a long ingest never blocks the API.
+It is the SQLite store's logic on another connection: the same statements
+(`bridge.fleet.sql`), the same writer (`bridge.fleet.writes.apply`) and queries
+(`bridge.fleet.reads`), through `_Qmark`, which rewrites their `?` placeholders to psycopg's
+`%s`. What differs is the audit log, partitioned by month with its own de-duplication table
+(`bridge.fleet.partitions`: events go in as one multi-row statement per batch), and the
+schema's later steps (`bridge.fleet.migrations`), run at open on a connection of their own.
+
+Connections come from a pool (`psycopg_pool`): the writer's one thread and `READERS` read
+threads each take one per call, so reads run beside each other and beside a long ingest.
+psycopg prepares a statement from its second execution on a connection
+(`PREPARE_THRESHOLD`), so the server plans ingest's statements and the read queries once
+per connection instead of per call.
 
 Why two replicas never double anything (the rules are in `bridge.fleet.store`): `ingest` is
-one transaction at READ COMMITTED; the audit log's unique key (source, id) makes the second
-replica's insert of an event wait for the first one's commit and then do nothing
-(`ON CONFLICT DO NOTHING`, `rowcount` 0: counted as a duplicate, no state applied); the
+one transaction at READ COMMITTED; the primary key (source, id) of `event_keys` makes the
+second replica's insert of an event's key wait for the first one's commit and then do nothing
+(`ON CONFLICT DO NOTHING`: not returned, counted as a duplicate, no state applied); the
 notice and instance upserts are conditional (forward-only, min/max), so they commute. Two
 replicas taking overlapping batches in different orders can deadlock; PostgreSQL then aborts
 one transaction, which has written nothing, and `ingest` runs it again.
 
 A connection that broke (server restart, network) raises `StoreError` for the call that met
-it and is opened again by the next call, so a source's retry finds the store back.
+it; the pool drops it and opens another, so a source's retry finds the store back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,23 +42,31 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg_pool import ConnectionPool
 
-from bridge.fleet import sql, tallies
-from bridge.fleet.sqlite_store import ReadQueries, apply
+from bridge.fleet import migrations, partitions, sql
+from bridge.fleet.reads import ReadQueries
 from bridge.fleet.store import (
+    Accepted,
     Batch,
     IngestResult,
     StoreError,
     UnstorableError,
 )
+from bridge.fleet.writes import apply, event_row
 
 T = TypeVar("T")
+log = logging.getLogger("bridge.fleet.store")
 #: Seconds to wait for a connection before the call fails (and readiness says so).
 CONNECT_TIMEOUT: Final = 10
+#: Threads (and pooled connections) serving reads at once; the writer has one more.
+READERS: Final = 4
+#: Executions of a statement before psycopg prepares it on that connection: from the second
+#: on, the server reuses its plan (ingest's statements and the read queries have fixed text;
+#: one-off schema statements are never prepared).
+PREPARE_THRESHOLD: Final = 1
 #: Times `ingest` runs a batch that lost a deadlock or serialization conflict, at most.
 CONFLICT_ATTEMPTS: Final = 5
-#: Any constant: replicas starting together create the tables one at a time under it.
-_SCHEMA_LOCK: Final = 0x6D62_666C_6565_7401
 
 
 def redacted(url: str) -> str:
@@ -98,53 +113,70 @@ class PostgresStore(ReadQueries):
         #: `fleet status` and `export`: check the tables are there, never create them.
         self.read_only = read_only
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-pg-w")
-        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-pg-r")
-        self._connections: dict[str, psycopg.Connection[Any]] = {}
-        self._open = False
+        self._reader = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="fleet-pg-r")
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({redacted(self.url)!r})"
 
-    def _connect(self, role: str) -> _Qmark:
-        """The connection of `role` (write or read), opened again if it broke."""
-        if not self._open:
-            raise StoreError("the fleet store is not open")
-        connection = self._connections.get(role)
-        if connection is None or connection.closed or connection.broken:
-            if connection is not None:
-                with contextlib.suppress(psycopg.Error):
-                    connection.close()
-            connection = psycopg.connect(
-                self.url,
-                autocommit=True,
-                connect_timeout=CONNECT_TIMEOUT,
-                application_name=f"maintenance-bridge-fleet-{role}",
-            )
-            self._connections[role] = connection
-        return _Qmark(connection)
+    def _direct(self) -> psycopg.Connection[Any]:
+        """A connection of its own (schema changes): libpq's own error if it cannot."""
+        return psycopg.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            application_name="maintenance-bridge-fleet-schema",
+        )
 
-    def _create_tables(self) -> None:
-        db = self._connect("write")
-        with db.connection.transaction():
-            db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
-            for statement in sql.schema(sql.POSTGRES_SERIAL):
-                db.execute(statement)
-            for statement in sql.READ_INDEXES:
-                db.execute(statement)
-            tallies.prepare(db, tallies.postgres_ddl(), tallies.POSTGRES_FILL_LOCK, postgres=True)
-
-    def _check_tables(self) -> None:
-        found = self._connect("read").execute("SELECT to_regclass('events')").fetchone()
-        if found is None or found[0] is None:
-            raise StoreError(
-                f"no fleet store in {redacted(self.url)} (it has no events table; check "
-                "[fleet.store] url)"
-            )
+    def _open_pool(self) -> None:
+        """Upgrade the schema (or check it, read-only) on a connection of its own, then
+        start the pool the writer and the readers share."""
+        with self._direct() as connection:
+            db = _Qmark(connection)
+            where = f"in {redacted(self.url)}"
+            if self.read_only:
+                found = db.execute("SELECT to_regclass('events')").fetchone()
+                if found is None or found[0] is None:
+                    raise StoreError(
+                        f"no fleet store {where} (it has no events table; check [fleet.store] url)"
+                    )
+                migrations.check(db, migrations.POSTGRES, where)
+            else:
+                migrations.upgrade(db, migrations.POSTGRES, where)
+                try:
+                    with connection.transaction():
+                        partitions.ensure_months(db, [time.time()])
+                except pgerrors.LockNotAvailable as exc:  # a long read; retention retries
+                    log.warning("fleet store: partitions not made at start: %s", _reason(exc))
+        pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            self.url,
+            min_size=2,
+            max_size=READERS + 1,
+            timeout=CONNECT_TIMEOUT,
+            open=False,
+            name="fleet",
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": CONNECT_TIMEOUT,
+                "prepare_threshold": PREPARE_THRESHOLD,
+                "application_name": "maintenance-bridge-fleet",
+            },
+        )
+        pool.open(wait=False)
+        self._pool = pool
 
     async def _run(self, executor: ThreadPoolExecutor, role: str, fn: Callable[[_Qmark], T]) -> T:
+        """`fn` on a pooled connection in `executor` (the writer's one thread, or the
+        readers'); a connection found broken is dropped by the pool on its return, so the
+        next call gets a new one."""
+
         def call() -> T:
+            pool = self._pool
+            if pool is None:
+                raise StoreError("the fleet store is not open")
             try:
-                return fn(self._connect(role))
+                with pool.connection() as connection:
+                    return fn(_Qmark(connection))
             except psycopg.DataError as exc:  # a value out of a column's range: not an outage
                 raise UnstorableError(f"fleet store: {_reason(exc)}") from exc
             except psycopg.Error as exc:
@@ -156,23 +188,22 @@ class PostgresStore(ReadQueries):
         return asyncio.ensure_future(self._run(self._reader, "read", fn))
 
     async def open(self) -> None:
-        self._open = True  # `_connect` opens the connections on first use
+        def start() -> None:
+            try:
+                self._open_pool()
+            except psycopg.Error as exc:
+                raise StoreError(f"fleet store {redacted(self.url)}: {_reason(exc)}") from exc
+
         try:
-            if self.read_only:
-                await self._run(self._reader, "read", lambda _db: self._check_tables())
-            else:
-                await self._run(self._writer, "write", lambda _db: self._create_tables())
+            await asyncio.get_running_loop().run_in_executor(self._writer, start)
         except StoreError:
             await self.close()
             raise
 
     async def close(self) -> None:
-        self._open = False
-        loop = asyncio.get_running_loop()
-        for role, executor in (("write", self._writer), ("read", self._reader)):
-            connection = self._connections.pop(role, None)
-            if connection is not None:
-                await loop.run_in_executor(executor, connection.close)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.get_running_loop().run_in_executor(self._writer, pool.close)
         self._writer.shutdown(wait=True)
         self._reader.shutdown(wait=True)
 
@@ -184,6 +215,8 @@ class PostgresStore(ReadQueries):
         await self._read(lambda db: db.execute("SELECT 1").fetchone())
         await self._run(self._writer, "write", probe)
 
+    dialect: Final = migrations.POSTGRES.name
+
     async def ingest(self, batch: Batch) -> IngestResult:
         (result,) = await self.ingest_many([batch])
         return result
@@ -193,7 +226,7 @@ class PostgresStore(ReadQueries):
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):
                 try:
                     with db.connection.transaction():
-                        return [apply(db, batch) for batch in batches]
+                        return [apply(db, batch, _insert_events) for batch in batches]
                 except (pgerrors.DeadlockDetected, pgerrors.SerializationFailure):
                     if attempt == CONFLICT_ATTEMPTS:
                         raise
@@ -207,6 +240,12 @@ class PostgresStore(ReadQueries):
                 return fn(db)
 
         return await self._run(self._writer, "write", write)
+
+
+def _insert_events(db: _Qmark, batch: Batch, items: list[Accepted]) -> set[tuple[str, str]]:
+    """The partitioned audit log's writer (`bridge.fleet.partitions.insert_events`)."""
+    rows = [event_row(item) for item in items]
+    return partitions.insert_events(db, batch.received_at, batch.ingest, rows)
 
 
 def _reason(exc: psycopg.Error) -> str:

@@ -19,14 +19,15 @@ UNKNOWN: Final = "unknown"
 
 
 def by_version(instances: Iterable[Mapping[str, Any]], now: float) -> dict[str, dict[str, int]]:
-    """`{version: {"total", "reporting", "silent"}}`, the newest release first (builds of
-    one release by name), `unknown` last."""
+    """`{version: {"total", "reporting", "silent"[, "retired"]}}`, the newest release first
+    (builds of one release by name), `unknown` last."""
     counts: dict[str, dict[str, int]] = {}
     for instance in instances:
         version = instance.get("agent_version") or UNKNOWN
         row = counts.setdefault(version, {"total": 0, "reporting": 0, "silent": 0})
         row["total"] += 1
-        row[instance_state(instance, now)[0]] += 1
+        state = instance_state(instance, now)[0]
+        row[state] = row.get(state, 0) + 1  # `retired` only where there are some
     return _ordered(counts)
 
 

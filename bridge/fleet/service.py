@@ -1,8 +1,9 @@
 """The fleet service: the store, the sources and the API on one listener, until stopped.
 
-Start order: open the store (its tables are created if needed), start every source, then
-listen; a listener that cannot bind or a store that cannot open stops the start with a
-message. Stop order is the reverse, so no source commits into a closed store.
+Start order: open the store (its tables created or upgraded, `bridge.fleet.migrations`),
+start every source, listen, then prune by the retention policy (`bridge.fleet.retention`);
+a listener that cannot bind or a store that cannot open stops the start with a message.
+Stop order is the reverse, so no source commits into a closed store.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from bridge.fleet.identity.wiring import FleetIdentity
 from bridge.fleet.ingest_log import ingest_log
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.metrics import IngestStats
+from bridge.fleet.retention import Prunable, Pruner
 from bridge.fleet.sources.base import Ingestor, Source
 from bridge.fleet.sources.http import PATH, HttpSource
 from bridge.fleet.sqlite_store import SqliteStore
@@ -96,6 +98,10 @@ class FleetService:
             max_queued=grouping.max_queued,
         )
         self.ingestor = Ingestor(self.store, self.stats, group=self.group)
+        #: Retention's passes (None for a store that cannot prune, e.g. a test's stand-in).
+        self.pruner = (
+            Pruner(self.store, config.retention) if isinstance(self.store, Prunable) else None
+        )
         self.guard = AccessGuard(
             config.auth,
             loopback=config.listener.loopback,
@@ -199,8 +205,12 @@ class FleetService:
                 ", ".join(s.name for s in self.sources) or "none",
                 self.store,
             )
+            if self.pruner is not None:
+                self.pruner.start()  # after the listener: a first pass never delays the start
             yield self
         finally:
+            if self.pruner is not None:
+                await self.pruner.stop()
             await runner.cleanup()
             for source in reversed(started):
                 await source.stop()

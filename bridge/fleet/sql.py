@@ -15,6 +15,9 @@ from typing import Final
 #: Serial key column, per dialect.
 SQLITE_SERIAL: Final = "INTEGER PRIMARY KEY"
 POSTGRES_SERIAL: Final = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+#: PostgreSQL's advisory lock of schema changes (any constant): replicas starting together
+#: migrate one at a time under it, and partitions are made and dropped under it.
+POSTGRES_SCHEMA_LOCK: Final = 0x6D62_666C_6565_7401
 
 
 def schema(serial: str) -> list[str]:
@@ -100,7 +103,7 @@ def schema(serial: str) -> list[str]:
 
 #: Indexes of the API's paged lists (`bridge.fleet.paging`): each list's keyset order, so a
 #: page is an index seek and `limit` rows. The notices' order is
-#: `sqlite_store.NOTICE_ORDER` written without the table alias (both planners match it).
+#: `bridge.fleet.reads.NOTICE_ORDER` written without the table alias (both planners match it).
 READ_INDEXES: Final = (
     "CREATE INDEX IF NOT EXISTS notices_order ON notices "
     "((COALESCE(not_before, 9e18)), time, source, notice_id) WHERE rank < 2",
@@ -127,7 +130,10 @@ UPSERT_INSTANCE: Final = (
     "first_seen = CASE WHEN excluded.first_seen < instances.first_seen "
     "THEN excluded.first_seen ELSE instances.first_seen END, "
     "last_seen = CASE WHEN excluded.last_seen > instances.last_seen "
-    "THEN excluded.last_seen ELSE instances.last_seen END"
+    "THEN excluded.last_seen ELSE instances.last_seen END, "
+    # Heard from again (a newer event, not a late old one): no longer retired.
+    "retired_at = CASE WHEN excluded.last_seen > instances.last_seen "
+    "THEN NULL ELSE instances.retired_at END"
 )
 
 #: A later heartbeat only: one delivered late never makes a dead sidecar look alive.

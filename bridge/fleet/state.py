@@ -6,11 +6,12 @@
   in SQL (`bridge.fleet.sql.UPSERT_NOTICE`); `newer` is the same rule for Python callers.
 - An instance is `reporting` while its last heartbeat is younger than
   `SILENT_AFTER_INTERVALS` of its own announced interval, else `silent` (also when it never
-  sent one: an old sidecar or heartbeats off; nobody vouches that it is watching).
+  sent one: an old sidecar or heartbeats off; nobody vouches that it is watching), and
+  `retired` once retention marked it (not heard from for `retire_after_days`).
 - A zone is named so that it is unique across the fleet (`zone_of`): an Azure zone is a
   number within its region, so the fleet writes it `<location>-<zone>`.
 - Eligibility is the sidecar's own rule (`bridge.surface.status_api.eligibility`) applied to the
-  instance's notices in force, plus: an unknown or silent instance is never eligible.
+  instance's notices in force, plus: an unknown, silent or retired instance is never eligible.
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ def newer(old_status: str, old_time: float, new_status: str, new_time: float) ->
 
 
 def instance_state(instance: Mapping[str, Any], now: float) -> tuple[str, str]:
-    """(`reporting` or `silent`, why) for an instance row of the store."""
+    """(`reporting`, `silent` or `retired`, why) for an instance row of the store;
+    `retired` is set by retention (`bridge.fleet.retention`) and cleared by its next event."""
+    retired = instance.get("retired_at")
+    if retired is not None:
+        days = (now - float(instance["last_seen"])) / 86400
+        return "retired", f"not heard from for {days:.0f} days"
     last, interval = instance.get("last_heartbeat"), instance.get("heartbeat_interval")
     if last is None or not interval:
         return "silent", "no heartbeat received"
@@ -73,8 +79,8 @@ def eligible(
             continue
         state, why = instance_state(instance, now)
         ok, body = eligibility(notices.get(instance["source"], ()), moment, horizon)
-        if state == "silent":
-            ok, body["reason"] = False, f"silent: {why}"
+        if state != "reporting":
+            ok, body["reason"] = False, f"{state}: {why}"
         answers.append(
             {
                 "instance": candidate,

@@ -11,12 +11,14 @@ The rules every implementation keeps (tests/fleet/test_store.py runs against eac
 - Idempotent on (`source`, `id`), the CloudEvents identity: an event already in the audit
   log is counted as a duplicate and changes nothing, whichever replica or source got it
   first. Two replicas writing the same stream into one PostgreSQL never double anything:
-  the unique key decides, the loser's insert does nothing.
+  the unique key decides (PostgreSQL's partitioned log keeps it in `event_keys`), the
+  loser's insert does nothing.
 - Out-of-order safe: a notice's state moves forward only (`bridge.fleet.state.RANK`); an
   older transition that arrives late is kept in the audit log and its transitions but never
   reverts the notice (a completed notice stays completed).
 - The audit log is append-only: every accepted event as received (its exact bytes), with
-  its receive time and the ingest source. Nothing updates or deletes it.
+  its receive time and the ingest source. Nothing updates it; only retention deletes what
+  is older than the configured time (`bridge.fleet.retention`).
 - Rejected input (not schema v1, unknown type) goes to the rejected table with the reason,
   so a bus source can acknowledge it and move on instead of looping on it.
 - Checkpoints (`(ingest, partition) -> position`) commit with the events they cover, so a
@@ -113,8 +115,8 @@ class NoticeFilter:
 @dataclass(frozen=True, slots=True)
 class InstanceQuery:
     """`/v1/fleet/instances` and the page: a page of instances by (name, source) after
-    `cursor` (`bridge.fleet.paging`). `state` is `reporting` or `silent` at `now`; `search`
-    matches a part of the name or source, case-insensitively (ASCII)."""
+    `cursor` (`bridge.fleet.paging`). `state` is `reporting`, `silent` (at `now`) or
+    `retired`; `search` matches a part of the name or source, case-insensitively (ASCII)."""
 
     state: str | None = None
     provider: str | None = None

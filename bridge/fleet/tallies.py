@@ -8,8 +8,9 @@ back ingest counts nothing:
 - `instances` by (provider, sidecar version, zone): triggers on `instances` (an insert, or
   an update that changes one of them: a heartbeat naming a new build);
 - `notices` (all) and `in_force` by (provider, zone, kind, status): triggers on `notices`;
-- `events` and `rejected`: one increment per batch from `sqlite_store.apply` (a row trigger
-  on the audit log would cost an upsert per event of every batch).
+- `events` and `rejected`: one increment per batch from `writes.apply` (a row trigger
+  on the audit log would cost an upsert per event of every batch);
+- `retired` instances (`bridge.fleet.retention`): a trigger on `instances.retired_at`.
 
 Which instances are `silent` depends on the time of the question. The moment each one
 turns silent (`SILENT_AT`: its last heartbeat plus three of its intervals) is tallied by
@@ -19,7 +20,9 @@ through the index on `SILENT_AT`, so an outage of a whole region costs what a he
 fleet does. `reporting` is the total minus those.
 
 `prepare` creates the table and triggers (idempotent) and fills the table from the rows the
-first time (a store written before tallies existed), under the caller's transaction.
+first time (a store written before tallies existed), under the caller's transaction: it is
+schema step 6 (`bridge.fleet.migrations`). Retention (`bridge.fleet.retention`) takes what
+it deletes off `events` and `rejected` in the same transaction.
 """
 
 from __future__ import annotations
@@ -85,11 +88,20 @@ _INSTANCE_CHANGED: Final = (
     "OR OLD.agent_version IS DISTINCT FROM NEW.agent_version "
     "OR OLD.zone IS DISTINCT FROM NEW.zone"
 )
+#: Retention marks an instance retired, its next event clears the mark (an instance is
+#: never inserted retired).
+_RETIRED_UPDATE: Final = (
+    _ADD.format(
+        values="'retired', '', '', '', '', CASE WHEN NEW.retired_at IS NULL THEN -1 ELSE 1 END"
+    ),
+)
+_RETIRED_CHANGED: Final = "(OLD.retired_at IS NULL) IS DISTINCT FROM (NEW.retired_at IS NULL)"
 _TRIGGERS: Final = (
     ("notices_tally_insert", "INSERT", "notices", None, _NOTICE_INSERT),
     ("notices_tally_update", "UPDATE", "notices", _NOTICE_CHANGED, _NOTICE_UPDATE),
     ("instances_tally_insert", "INSERT", "instances", None, _INSTANCE_INSERT),
     ("instances_tally_update", "UPDATE", "instances", _INSTANCE_CHANGED, _INSTANCE_UPDATE),
+    ("instances_tally_retired", "UPDATE", "instances", _RETIRED_CHANGED, _RETIRED_UPDATE),
 )
 
 _FILL: Final = (
@@ -106,6 +118,8 @@ _FILL: Final = (
     f"SELECT 'instances', provider, {_VERSION.format(row='instances')}, COALESCE(zone, ''), "
     f"'', COUNT(*) FROM instances GROUP BY provider, {_VERSION.format(row='instances')}, "
     "COALESCE(zone, '')",
+    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) "
+    "SELECT 'retired', '', '', '', '', COUNT(*) FROM instances WHERE retired_at IS NOT NULL",
     # The mark that the table holds the counts (an empty store is filled too).
     "INSERT INTO tallies (kind, k1, k2, k3, k4, n) VALUES ('ready', '', '', '', '', 1)",
 )
@@ -181,7 +195,7 @@ def _silent_fill(minute: str) -> str:
     )
 
 
-#: `sqlite_store.apply`: the batch's new events and refused inputs, one statement each.
+#: `writes.apply`: the batch's new events and refused inputs, one statement each.
 BUMP: Final = _ADD.format(values="?, '', '', '', '', ?")
 
 
@@ -242,15 +256,13 @@ POSTGRES_FILL_LOCK: Final = (
 )
 
 
-def read(db: Any) -> list[tuple[str, str, str, str, str, int]] | None:
-    """Every tally but zeros: (kind, k1, k2, k3, k4, n); None when the store has none (a
-    store written before tallies, opened read-only by `fleet status`)."""
-    try:
-        ready = db.execute("SELECT n FROM tallies WHERE kind = 'ready'").fetchone()
-    except Exception:  # no such table: sqlite3 and psycopg name it differently
-        return None
-    if ready is None:
-        return None
+def read(db: Any) -> list[tuple[str, str, str, str, str, int]]:
+    """Every tally but zeros: (kind, k1, k2, k3, k4, n).
+
+    Every open store has them: schema step 6 (`bridge.fleet.migrations`) made and filled
+    them, and a read-only open refuses a store not upgraded yet. So nothing is caught here:
+    a missing table is a broken store, and on PostgreSQL an error caught inside a
+    transaction would leave it aborted for every later statement of that transaction."""
     rows = db.execute("SELECT kind, k1, k2, k3, k4, n FROM tallies WHERE n <> 0").fetchall()
     return [(str(a), str(b), str(c), str(d), str(e), int(n)) for a, b, c, d, e, n in rows]
 

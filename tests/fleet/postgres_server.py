@@ -20,9 +20,10 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,3 +160,14 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_url(postgres_server: PostgresServer) -> str:
     """The URL of a fresh database on the session's server."""
     return postgres_server.create_database()
+
+
+@pytest.fixture
+async def postgres_store(postgres_url: str) -> AsyncIterator[Any]:
+    """An open `PostgresStore` on a fresh database (closed after the test)."""
+    from bridge.fleet.postgres_store import PostgresStore
+
+    store = PostgresStore(postgres_url)
+    await store.open()
+    yield store
+    await store.close()

@@ -130,6 +130,7 @@ async def test_summary_counts_by_provider_zone_kind_status(api: httpx.AsyncClien
         "total": 5,
         "reporting": 4,
         "silent": 1,
+        "retired": 0,
         "by_provider": None,
         "by_version": None,
     }

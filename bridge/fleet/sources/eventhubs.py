@@ -79,10 +79,18 @@ class EventHubsSource:
     def __repr__(self) -> str:
         return f"EventHubsSource(name={self.name!r}, group={self._config.consumer_group!r})"
 
-    def _make_client(self) -> Any:
+    def _make_client(self, ingestor: Ingestor) -> Any:
         from azure.eventhub.aio import EventHubConsumerClient
 
         config = self._config
+        sharing: dict[str, Any] = {}
+        if config.share_partitions:
+            from bridge.fleet.sources.eventhubs_ownership import StoreOwnership
+
+            sharing = {
+                "checkpoint_store": StoreOwnership(ingestor.store, self.name),
+                "load_balancing_interval": config.load_balancing_interval,
+            }
         client, self._credential = open_client(
             EventHubConsumerClient,
             config.connection_string,
@@ -90,12 +98,13 @@ class EventHubsSource:
             config.eventhub,
             config.transport,
             consumer_group=config.consumer_group,
+            **sharing,
         )
         return client
 
     async def start(self, ingestor: Ingestor) -> None:
         self._committer = Committer(self.name, ingestor, self._config)
-        self._client = self._make_client()
+        self._client = self._make_client(ingestor)
         self._task = asyncio.create_task(self._receive(ingestor), name=f"fleet-{self.name}")
 
     async def stop(self) -> None:
@@ -161,7 +170,7 @@ class EventHubsSource:
             with contextlib.suppress(Exception):
                 await self._client.close()
             await asyncio.sleep(self._config.retry_max)
-            self._client = self._make_client()
+            self._client = self._make_client(ingestor)
 
     async def _on_batch(self, context: Any, events: list[Any]) -> None:
         if not events or self._committer is None:

@@ -1,0 +1,433 @@
+"""The read side of both fleet stores: every query of `bridge.fleet.store.Store`, in the SQL
+that SQLite and PostgreSQL both speak.
+
+`Reads` holds the queries, each a function of a DB-API connection with `?` placeholders
+(`execute(sql, params)` returning a cursor with `fetchall`, `fetchone`, `description`);
+`ReadQueries` is the store's async read methods, one per query, each run through the
+backend's own `_read` (SQLite: its reader thread and connection; PostgreSQL: a pooled
+connection behind an adapter that rewrites the placeholders). Lists are keyset-paged
+(`bridge.fleet.paging`); counts come from the tallies kept as events arrive
+(`bridge.fleet.tallies`), never from a recount.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from bridge import contract
+from bridge.fleet import paging, tallies
+from bridge.fleet.state import FINISHED_RANK
+from bridge.fleet.store import (
+    EventPage,
+    EventQuery,
+    InstanceQuery,
+    NoticeFilter,
+    StartFilter,
+)
+
+T = TypeVar("T")
+_JSON: Final = msgspec.json.Decoder(dict[str, Any])
+
+
+class _WindowOnly(msgspec.Struct):
+    window: dict[str, Any] | None = None
+
+
+class _DataWindow(msgspec.Struct):
+    """What a notice listing reads of the current event: its window (the rest stays raw)."""
+
+    data: _WindowOnly
+
+
+_WINDOW: Final = msgspec.json.Decoder(_DataWindow)
+_AUDIT_TYPES: Final = (contract.APPROVED, contract.HOOK_COMPLETED)
+# Query heads; `_where` appends fixed clauses whose values are parameters.
+_NOTICES: Final = (
+    "SELECT n.source, n.notice_id, n.provider, n.instance, n.zone, n.kind, n.status, "
+    "n.time, n.not_before, n.event_id, n.body FROM notices n"
+)
+# Only the audit events' bodies are read (approvals, hook outcomes); not the transitions'.
+_HISTORY_BY_KEY: Final = (
+    "SELECT e.source, e.notice_id, e.type, e.id, e.time, "  # noqa: S608 (constants only)
+    f"CASE WHEN e.type IN ('{contract.APPROVED}', '{contract.HOOK_COMPLETED}') "
+    "THEN e.body END, e.seq FROM events e"
+)
+#: Notices whose histories one statement reads (two parameters each).
+HISTORY_CHUNK: Final = 500
+#: The sort position of a notice with no known start: after every real time.
+NO_START: Final = 9e18
+#: The notices' list order, and the keyset of their cursors (`notices_order` indexes it).
+NOTICE_START: Final = "COALESCE(n.not_before, 9e18)"  # written as in the index
+NOTICE_ORDER: Final = f"{NOTICE_START}, n.time, n.source, n.notice_id"
+_INSTANCES: Final = (
+    "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
+    "resource_group, scale_set, resource_id, first_seen, last_seen, last_heartbeat, "
+    "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at, "
+    "retired_at FROM instances"
+)
+_EVENTS: Final = "SELECT seq, ingest, received_at, body FROM events"
+
+
+def _rfc3339(value: float | None) -> str | None:
+    return None if value is None else contract.epoch_rfc3339(value)
+
+
+def _where(conditions: Iterable[tuple[str, Any]]) -> tuple[str, list[Any]]:
+    """A WHERE clause of the fixed `clauses` whose value is not None; the values become
+    parameters (one per `?`), never SQL text."""
+    clauses, params = [], []
+    for clause, value in conditions:
+        if value is None:
+            continue
+        clauses.append(clause)
+        params.extend([value] * clause.count("?"))
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def _notice_where(
+    where: NoticeFilter, in_force: bool, starts: StartFilter = None
+) -> tuple[str, list[Any]]:
+    """The WHERE clause of a notice query (`n` is the notices table)."""
+    search = None
+    if where.search:
+        search = "%" + "".join(f"!{c}" if c in "!%_" else c for c in where.search) + "%"
+    return _where(
+        [
+            (f"n.rank < {FINISHED_RANK}", True if in_force else None),
+            ("n.provider = ?", where.provider),
+            ("n.zone = ?", where.zone),
+            ("n.kind = ?", where.kind),
+            ("n.status = ?", where.status),
+            ("(n.instance = ? OR n.source = ?)", where.instance),
+            (
+                "(n.instance LIKE ? ESCAPE '!' OR n.notice_id LIKE ? ESCAPE '!' "
+                "OR n.zone LIKE ? ESCAPE '!' OR n.source LIKE ? ESCAPE '!')",
+                search,
+            ),
+            (f"{NOTICE_START} <= ?", starts if not isinstance(starts, str) else None),
+            ("n.not_before IS NULL", True if starts == "unknown" else None),
+        ]
+    )
+
+
+class Reads:
+    """The store's queries over a DB-API connection with `?` placeholders."""
+
+    @staticmethod
+    def notices(db: Any, where: NoticeFilter, in_force: bool) -> list[dict[str, Any]]:
+        return Reads.notice_rows(db, where, in_force, None, None)[0]
+
+    @staticmethod
+    def notice_page(
+        db: Any, where: NoticeFilter, cursor: str | None, limit: int, starts: StartFilter
+    ) -> paging.Page:
+        after = paging.decode(cursor, 4) if cursor else None
+        rows, keys = Reads.notice_rows(db, where, True, after, limit + 1, starts)
+        return paging.page_of(rows, limit, lambda row: keys[id(row)])
+
+    @staticmethod
+    def notice_rows(
+        db: Any,
+        where: NoticeFilter,
+        in_force: bool,
+        after: Sequence[Any] | None,
+        limit: int | None,
+        starts: StartFilter = None,
+    ) -> tuple[list[dict[str, Any]], dict[int, tuple[Any, ...]]]:
+        """Notices in the list's order (soonest `not_before` first, unknown last) after the
+        keyset position `after`, at most `limit`; and each one's sort key (by `id`)."""
+        clause, params = _notice_where(where, in_force, starts)
+        if after is not None:
+            keyset = f"({NOTICE_ORDER}) > (?, ?, ?, ?)"
+            clause = f"{clause} AND {keyset}" if clause else f" WHERE {keyset}"
+            params.extend(after)
+        query = f"{_NOTICES}{clause} ORDER BY {NOTICE_ORDER}"
+        if limit is not None:
+            query += f" LIMIT {int(limit)}"
+        rows = db.execute(query, params).fetchall()
+        notices: dict[tuple[str, str], dict[str, Any]] = {}
+        keys: dict[int, tuple[Any, ...]] = {}
+        for source, notice_id, provider, name, zone, kind, status, time, nb, eid, body in rows:
+            window = _WINDOW.decode(body).data.window
+            notice = notices[(source, notice_id)] = {
+                "source": source,
+                "instance": name,
+                "notice_id": notice_id,
+                "provider": provider,
+                "zone": zone,
+                "kind": kind,
+                "status": status,
+                "not_before": _rfc3339(nb),
+                "window": window,
+                "updated": _rfc3339(time),
+                "event_id": eid,
+                "event": msgspec.Raw(body.encode()),  # as received, not re-encoded
+                "transitions": [],
+                "approvals": [],
+                "hooks": [],
+            }
+            keys[id(notice)] = (NO_START if nb is None else nb, time, source, notice_id)
+        if notices:
+            Reads._histories(db, notices)
+        return list(notices.values()), keys
+
+    @staticmethod
+    def _histories(db: Any, notices: dict[tuple[str, str], dict[str, Any]]) -> None:
+        """Each notice's transitions, approvals and hook outcomes, read by key through the
+        audit log's (source, notice_id) index, a chunk of notices per statement."""
+        history: list[tuple[Any, ...]] = []
+        wanted = list(notices)
+        for start in range(0, len(wanted), HISTORY_CHUNK):
+            chunk = wanted[start : start + HISTORY_CHUNK]
+            values = ", ".join(["(?, ?)"] * len(chunk))
+            history += db.execute(
+                f"{_HISTORY_BY_KEY} JOIN (VALUES {values}) k "
+                "ON e.source = k.column1 AND e.notice_id = k.column2",
+                [part for key in chunk for part in key],
+            ).fetchall()
+        # Ordered here, not in SQL: an ORDER BY on events lets the planner walk the whole
+        # audit log by time instead of the few notices' histories by index.
+        history.sort(key=lambda r: (r[4], r[6]))
+        for source, notice_id, type_, event_id, time, body, _seq in history:
+            notice = notices.get((source, notice_id))
+            if notice is None:
+                continue
+            if type_ in contract.MAINTENANCE_TYPES:
+                status = type_.removeprefix(contract.TYPE_PREFIX)
+                notice["transitions"].append(
+                    {"status": status, "event_id": event_id, "time": _rfc3339(time)}
+                )
+            elif type_ in _AUDIT_TYPES:
+                data = _JSON.decode(body)["data"]
+                entry = {
+                    **data,
+                    "event_id": event_id,
+                    "time": _rfc3339(time),
+                    "trigger_event_id": data.get("event_id"),
+                }
+                for key in ("instance", "provider", "notice_id"):
+                    entry.pop(key, None)
+                kind = "approvals" if type_ == contract.APPROVED else "hooks"
+                notice[kind].append(entry)
+
+    @staticmethod
+    def instances(db: Any, keys: Sequence[str] | None) -> list[dict[str, Any]]:
+        if keys is None:
+            cursor = db.execute(f"{_INSTANCES} ORDER BY name, source")
+        else:
+            marks = ", ".join("?" * len(keys))
+            cursor = db.execute(
+                f"{_INSTANCES} WHERE name IN ({marks}) OR source IN ({marks}) "
+                "ORDER BY name, source",
+                [*keys, *keys],
+            )
+        return Reads._instance_rows(cursor)
+
+    @staticmethod
+    def _instance_rows(cursor: Any) -> list[dict[str, Any]]:
+        names = [column[0] for column in cursor.description]
+        result = []
+        for row in cursor.fetchall():
+            item = dict(zip(names, row, strict=True))
+            if item["watcher_healthy"] is not None:
+                item["watcher_healthy"] = bool(item["watcher_healthy"])
+            result.append(item)
+        return result
+
+    @staticmethod
+    def instance_page(db: Any, query: InstanceQuery) -> paging.Page:
+        silent_at = tallies.SILENT_AT
+        conditions: list[tuple[str, Any]] = [
+            ("provider = ?", query.provider),
+            ("zone = ?", query.zone),
+            # As `state.instance_state` decides: retired first, then by the last heartbeat.
+            ("retired_at IS NOT NULL", True if query.state == "retired" else None),
+            ("retired_at IS NULL", True if query.state in ("silent", "reporting") else None),
+            (f"{silent_at} < ?", query.now if query.state == "silent" else None),
+            (f"{silent_at} >= ?", query.now if query.state == "reporting" else None),
+        ]
+        if query.search:
+            # A part of the name (SQLite's LIKE ignores ASCII case; PostgreSQL's adapter
+            # makes it ILIKE) or the exact source: a scan of the names, never of the sources.
+            escaped = "".join(f"!{c}" if c in "!%_" else c for c in query.search)
+            conditions.append(("(name LIKE ? ESCAPE '!' OR source = ?)", True))
+        clause, params = _where(conditions)
+        if query.search:
+            params[-2:] = [f"%{escaped}%", query.search]
+        if query.cursor:
+            keyset = "(name, source) > (?, ?)"
+            clause = f"{clause} AND {keyset}" if clause else f" WHERE {keyset}"
+            params.extend(paging.decode(query.cursor, 2))
+        cursor = db.execute(
+            f"{_INSTANCES}{clause} ORDER BY name, source LIMIT ?", [*params, query.limit + 1]
+        )
+        rows = Reads._instance_rows(cursor)
+        page = paging.page_of(rows, query.limit, lambda row: (row["name"], row["source"]))
+        in_force = Reads.notice_ids(db, [row["source"] for row in page.rows])
+        for row in page.rows:
+            row["notices"] = in_force.get(row["source"], [])
+        return page
+
+    @staticmethod
+    def notice_ids(db: Any, sources: Sequence[str]) -> dict[str, list[str]]:
+        """The ids of the notices in force of each of `sources`, soonest first."""
+        found: dict[str, list[str]] = {}
+        for start in range(0, len(sources), HISTORY_CHUNK):
+            chunk = sources[start : start + HISTORY_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            rows = db.execute(
+                f"SELECT n.source, n.notice_id FROM notices n WHERE n.source IN ({marks}) "  # noqa: S608
+                f"AND n.rank < {FINISHED_RANK} ORDER BY {NOTICE_ORDER}",
+                list(chunk),
+            ).fetchall()
+            for source, notice_id in rows:
+                found.setdefault(str(source), []).append(str(notice_id))
+        return found
+
+    @staticmethod
+    def notice_groups(db: Any, where: NoticeFilter) -> list[tuple[str, str, str, str, int]]:
+        clause, params = _notice_where(where, True)
+        rows = db.execute(
+            "SELECT n.provider, COALESCE(n.zone, ''), n.kind, n.status, COUNT(*) "  # noqa: S608
+            f"FROM notices n{clause} GROUP BY n.provider, COALESCE(n.zone, ''), n.kind, "
+            "n.status",
+            params,
+        ).fetchall()
+        return [(str(p), str(z), str(k), str(s), int(n)) for p, z, k, s, n in rows]
+
+    @staticmethod
+    def rejected_page(db: Any, cursor: str | None, limit: int) -> paging.Page:
+        before = int(paging.decode(cursor, 1)[0]) if cursor else None
+        clause = " WHERE seq < ?" if before is not None else ""
+        params = [before] if before is not None else []
+        rows = db.execute(
+            "SELECT seq, ingest, received_at, reason, body FROM rejected"  # noqa: S608
+            f"{clause} ORDER BY seq DESC LIMIT ?",
+            [*params, limit + 1],
+        ).fetchall()
+        found = [
+            {"seq": s, "ingest": i, "received_at": _rfc3339(r), "reason": why, "body": b}
+            for s, i, r, why, b in rows
+        ]
+        return paging.page_of(found, limit, lambda row: (row["seq"],))
+
+    @staticmethod
+    def events(db: Any, query: EventQuery) -> EventPage:
+        clause, params = _where(
+            [
+                ("seq > ?", query.cursor),
+                ("(instance = ? OR source = ?)", query.instance),
+                ("type = ?", query.type),
+                ("time >= ?", query.since),
+                ("time < ?", query.until),
+            ]
+        )
+        statement = f"{_EVENTS}{clause} ORDER BY seq LIMIT ?"
+        rows = db.execute(statement, [*params, query.limit + 1]).fetchall()
+        more = len(rows) > query.limit
+        page = [(int(s), str(i), float(r), str(b).encode()) for s, i, r, b in rows[: query.limit]]
+        return EventPage(page, page[-1][0] if more and page else None)
+
+    @staticmethod
+    def last_sequence(db: Any) -> int:
+        (last,) = db.execute("SELECT MAX(seq) FROM events").fetchone()
+        return int(last or 0)
+
+    @staticmethod
+    def rejected(db: Any, limit: int) -> list[dict[str, Any]]:
+        rows = db.execute(
+            "SELECT seq, ingest, received_at, reason, body FROM rejected ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [
+            {"seq": s, "ingest": i, "received_at": _rfc3339(r), "reason": why, "body": b}
+            for s, i, r, why, b in rows
+        ]
+
+    @staticmethod
+    def notice_counts(db: Any) -> list[tuple[str, str | None, str, str, int]]:
+        return sorted(
+            (p, z or None, k, s, n)
+            for kind, p, z, k, s, n in tallies.read(db)
+            if kind == "in_force"
+        )
+
+    @staticmethod
+    def instance_counts(db: Any, now: float) -> list[tuple[str, str, str, int, int]]:
+        """(provider, sidecar version, zone or "", instances, of which silent at `now`)."""
+        totals = {(p, v, z): n for kind, p, v, z, _, n in tallies.read(db) if kind == "instances"}
+        silent = {(p, v, z): n for p, v, z, n in tallies.silent_by(db, now)}
+        return sorted((*key, n, silent.get(key, 0)) for key, n in totals.items())
+
+    @staticmethod
+    def counts(db: Any) -> dict[str, int]:
+        found = dict.fromkeys(("events", "instances", "notices", "rejected"), 0)
+        found["notices_in_force"] = found["instances_retired"] = 0
+        for kind, *_keys, n in tallies.read(db):
+            if kind == "in_force":
+                found["notices_in_force"] += n
+            elif kind == "retired":
+                found["instances_retired"] += n
+            elif kind in found:
+                found[kind] += n
+        return found
+
+    @staticmethod
+    def checkpoints(db: Any, ingest: str) -> dict[str, str]:
+        rows = db.execute(
+            "SELECT part, position FROM checkpoints WHERE ingest = ?", (ingest,)
+        ).fetchall()
+        return {str(part): str(position) for part, position in rows}
+
+
+class ReadQueries:
+    """The store's read methods, one per `Reads` query, each run through the backend's own
+    `_read` (its reader thread and connection): every SQL backend shares them, since the
+    queries are the same SQL (`?` placeholders; PostgreSQL adapts them)."""
+
+    def _read(self, fn: Callable[[Any], T]) -> Awaitable[T]:
+        raise NotImplementedError
+
+    async def checkpoints(self, ingest: str) -> dict[str, str]:
+        return await self._read(lambda db: Reads.checkpoints(db, ingest))
+
+    async def notices(self, where: NoticeFilter, *, in_force: bool = True) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.notices(db, where, in_force))
+
+    async def instances(self, keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.instances(db, keys))
+
+    async def events(self, query: EventQuery) -> EventPage:
+        return await self._read(lambda db: Reads.events(db, query))
+
+    async def last_sequence(self) -> int:
+        return await self._read(Reads.last_sequence)
+
+    async def instance_page(self, query: InstanceQuery) -> paging.Page:
+        return await self._read(lambda db: Reads.instance_page(db, query))
+
+    async def notice_page(
+        self, where: NoticeFilter, *, cursor: str | None, limit: int, starts: StartFilter = None
+    ) -> paging.Page:
+        return await self._read(lambda db: Reads.notice_page(db, where, cursor, limit, starts))
+
+    async def notice_groups(self, where: NoticeFilter) -> list[tuple[str, str, str, str, int]]:
+        return await self._read(lambda db: Reads.notice_groups(db, where))
+
+    async def rejected_page(self, *, cursor: str | None, limit: int) -> paging.Page:
+        return await self._read(lambda db: Reads.rejected_page(db, cursor, limit))
+
+    async def rejected(self, limit: int = 100) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.rejected(db, limit))
+
+    async def notice_counts(self) -> list[tuple[str, str | None, str, str, int]]:
+        return await self._read(Reads.notice_counts)
+
+    async def counts(self) -> dict[str, int]:
+        return await self._read(Reads.counts)
+
+    async def instance_counts(self, now: float) -> list[tuple[str, str, str, int, int]]:
+        return await self._read(lambda db: Reads.instance_counts(db, now))

@@ -1,0 +1,300 @@
+"""How long the fleet store keeps what, and the pruner that makes it so, in small batches.
+
+```toml
+[fleet.retention]
+events_days = 400          # the audit log (maintenance, approvals, hook outcomes, ...)
+heartbeats_days = 7        # heartbeat events: the instance row keeps the last one anyway
+rejected_days = 30         # refused inputs, and at most `rejected_rows` of them
+rejected_rows = 100000
+retire_after_days = 30     # an instance not heard from for this long is `retired`
+```
+
+Why these defaults: 400 days covers a yearly audit with a month to spare (what compliance
+teams ask of an audit trail); heartbeats are most of the rows (one per VM every few minutes)
+and say nothing once the instance row holds the latest, so a week is enough to look back at
+an outage; refused inputs are for debugging a sender, bounded in age and in count so a
+misbehaving sender cannot fill the disk.
+
+An instance is retired, not deleted: it stays listed with `state = "retired"` (and
+`retired_at`), its notices and audit events stay, and the next event from it makes it
+active again. A VM that was deleted simply stops reporting; retiring it keeps it out of the
+`silent` alarms without losing its history.
+
+The pruner never stalls ingest or reads: every batch is its own short write transaction of
+at most `batch_rows` rows (found through an index, or the oldest rows by sequence), with
+`batch_pause` seconds between batches, so an ingest waits at most one batch for the write
+lock and a backlog of a year is worked off over many passes rather than in one. Reads run
+beside it (SQLite's WAL, PostgreSQL's MVCC). On PostgreSQL the audit log is partitioned by
+month of receive time (`bridge.fleet.migrations`): a month entirely older than the
+retention is dropped as a whole instead (`DROP TABLE` of the partition is one catalog
+change), and the de-duplication keys of those events are pruned in batches like the rest.
+
+Each replica prunes; the statements are idempotent, so two replicas pruning at once only
+share the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Protocol, TypeVar, runtime_checkable
+
+import msgspec
+
+from bridge import contract
+from bridge.fleet import partitions, tallies
+from bridge.fleet.store import StoreError
+
+log = logging.getLogger("bridge.fleet.retention")
+T = TypeVar("T")
+DAY: Final = 86400.0
+_HEARTBEAT: Final = contract.HEARTBEAT
+
+
+class FleetRetention(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """`[fleet.retention]` (see the module docstring): days as numbers, fractions allowed."""
+
+    enabled: bool = True
+    events_days: Annotated[float, msgspec.Meta(ge=1)] = 400.0
+    heartbeats_days: Annotated[float, msgspec.Meta(gt=0)] = 7.0
+    rejected_days: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    rejected_rows: Annotated[int, msgspec.Meta(ge=100)] = 100_000
+    retire_after_days: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    #: Seconds between two pruning passes.
+    interval: Annotated[float, msgspec.Meta(ge=1, le=86400)] = 3600.0
+    #: Rows one transaction deletes (or retires), at most.
+    batch_rows: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
+    #: Seconds between two batches, so ingest and reads get the database in between.
+    batch_pause: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.05
+
+    def __post_init__(self) -> None:
+        from bridge.infra.validation import FieldError
+
+        if self.heartbeats_days > self.events_days:
+            raise FieldError("heartbeats_days", "must not exceed events_days")
+
+
+@dataclass(frozen=True, slots=True)
+class Cutoffs:
+    """What one pass removes: rows received before these Unix times, and the rest."""
+
+    now: float
+    events: float
+    heartbeats: float
+    rejected: float
+    rejected_rows: int
+    retire: float
+
+    @classmethod
+    def of(cls, policy: FleetRetention, now: float) -> Cutoffs:
+        return cls(
+            now=now,
+            events=now - policy.events_days * DAY,
+            heartbeats=now - policy.heartbeats_days * DAY,
+            rejected=now - policy.rejected_days * DAY,
+            rejected_rows=policy.rejected_rows,
+            retire=now - policy.retire_after_days * DAY,
+        )
+
+
+@dataclass(slots=True)
+class PruneReport:
+    """Rows a pass removed (or retired), by kind."""
+
+    heartbeats: int = 0
+    events: int = 0
+    rejected: int = 0
+    retired: int = 0
+    partitions: int = 0
+    keys: int = 0
+
+    def total(self) -> int:
+        return (
+            self.heartbeats
+            + self.events
+            + self.rejected
+            + self.retired
+            + self.partitions
+            + self.keys
+        )
+
+
+@runtime_checkable
+class Prunable(Protocol):
+    """What the pruner needs of a store: one short write transaction at a time."""
+
+    async def transaction(self, fn: Callable[[Any], T]) -> T:
+        """Run `fn(db)` in one write transaction on the store's writer (`?` placeholders)."""
+
+    @property
+    def dialect(self) -> str:
+        """`bridge.fleet.migrations` dialect name: "sqlite" or "postgresql"."""
+
+
+# -- one batch each (plain SQL over a DB-API connection with `?` placeholders) ----------------
+
+
+def prune_heartbeats(db: Any, cutoff: float, limit: int) -> int:
+    """Heartbeat events received before `cutoff`, oldest first (the partial index
+    `events_heartbeat_received` finds them; its condition is written as a literal so both
+    planners can use it)."""
+    cursor = db.execute(
+        "DELETE FROM events WHERE seq IN (SELECT seq FROM events "  # noqa: S608 (constant)
+        f"WHERE type = '{_HEARTBEAT}' AND received_at < ? ORDER BY received_at LIMIT ?)",
+        (cutoff, limit),
+    )
+    return _counted(db, "events", int(cursor.rowcount))
+
+
+def _counted(db: Any, table: str, deleted: int) -> int:
+    """Take `deleted` rows of `table` off its kept count (`bridge.fleet.tallies`), in the
+    transaction that deleted them; returns `deleted`."""
+    if table == "rejected":
+        tallies.bump(db, 0, -deleted)
+    else:
+        tallies.bump(db, -deleted, 0)  # `events`, or a partition of it
+    return deleted
+
+
+def prune_oldest(db: Any, table: str, cutoff: float, limit: int) -> int:
+    """Rows of `table` (`events` or `rejected`) received before `cutoff`, walking the
+    oldest by sequence: the batch stops at the first row that is young enough, so no index
+    on the receive time is needed and nothing younger is ever deleted (the receive time is
+    checked again in the DELETE: on PostgreSQL a sequence number can commit late)."""
+    rows = db.execute(f"SELECT seq, received_at FROM {table} ORDER BY seq LIMIT ?", (limit,))  # noqa: S608
+    last = None
+    for seq, received_at in rows.fetchall():
+        if received_at >= cutoff:
+            break
+        last = seq
+    if last is None:
+        return 0
+    cursor = db.execute(
+        f"DELETE FROM {table} WHERE seq <= ? AND received_at < ?",  # noqa: S608 (constant)
+        (last, cutoff),
+    )
+    return _counted(db, table, int(cursor.rowcount))
+
+
+def prune_rejected_beyond(db: Any, keep: int, limit: int) -> int:
+    """The oldest refused inputs beyond the newest `keep`."""
+    row = db.execute(
+        "SELECT seq FROM rejected ORDER BY seq DESC LIMIT 1 OFFSET ?", (keep,)
+    ).fetchone()
+    if row is None:
+        return 0
+    cursor = db.execute(
+        "DELETE FROM rejected WHERE seq IN "
+        "(SELECT seq FROM rejected WHERE seq <= ? ORDER BY seq LIMIT ?)",
+        (row[0], limit),
+    )
+    return _counted(db, "rejected", int(cursor.rowcount))
+
+
+def retire_silent(db: Any, cutoff: float, now: float, limit: int) -> int:
+    """Mark instances whose last event is older than `cutoff` retired (at `now`)."""
+    cursor = db.execute(
+        "UPDATE instances SET retired_at = ? WHERE source IN (SELECT source FROM instances "
+        "WHERE retired_at IS NULL AND last_seen < ? LIMIT ?)",
+        (now, cutoff, limit),
+    )
+    return int(cursor.rowcount)
+
+
+# -- the pass -------------------------------------------------------------------------------
+
+
+class Pruner:
+    """Runs a pass every `policy.interval` seconds while the service runs."""
+
+    def __init__(
+        self,
+        store: Prunable,
+        policy: FleetRetention,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self.store = store
+        self.policy = policy
+        self.clock = clock
+        self.sleep = sleep
+        self._task: asyncio.Task[None] | None = None
+        #: The last pass's report (metrics, tests).
+        self.last: PruneReport | None = None
+
+    async def _batches(self, fn: Callable[[Any], int]) -> int:
+        """`fn` one batch per transaction until a batch comes back short."""
+        total = 0
+        while True:
+            done = await self.store.transaction(fn)
+            total += done
+            if done < self.policy.batch_rows:
+                return total
+            await self.sleep(self.policy.batch_pause)
+
+    async def run_pass(self) -> PruneReport:
+        """One pass over every kind of row (see the module docstring)."""
+        cut = Cutoffs.of(self.policy, self.clock())
+        limit = self.policy.batch_rows
+        report = PruneReport()
+        report.heartbeats = await self._batches(
+            lambda db: prune_heartbeats(db, cut.heartbeats, limit)
+        )
+        audit = "events"
+        if self.store.dialect == "postgresql":
+            # Each gives up when a long read holds the locks it needs: the next pass retries.
+            try:
+                await self.store.transaction(lambda db: partitions.ensure_months(db, [cut.now]))
+            except StoreError as exc:
+                log.warning("retention: next month's partition not made this pass: %s", exc)
+            try:
+                report.partitions = await self.store.transaction(
+                    lambda db: partitions.drop_older(db, cut.events)
+                )
+            except StoreError as exc:
+                log.warning("retention: no month dropped this pass: %s", exc)
+            keys_cutoff = partitions.keys_cutoff(cut.events)
+            report.keys = await self._batches(
+                lambda db: partitions.prune_keys(db, True, cut.heartbeats, limit)
+            )
+            report.keys += await self._batches(
+                lambda db: partitions.prune_keys(db, False, keys_cutoff, limit)
+            )
+            audit = "events_default"  # the months go whole, above; only strays row by row
+        report.events = await self._batches(lambda db: prune_oldest(db, audit, cut.events, limit))
+        report.rejected = await self._batches(
+            lambda db: prune_oldest(db, "rejected", cut.rejected, limit)
+        )
+        report.rejected += await self._batches(
+            lambda db: prune_rejected_beyond(db, cut.rejected_rows, limit)
+        )
+        report.retired = await self._batches(
+            lambda db: retire_silent(db, cut.retire, cut.now, limit)
+        )
+        self.last = report
+        if report.total():
+            log.info("retention: removed %s", report)
+        return report
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.run_pass()
+            except Exception:  # a store error: the next pass tries again
+                log.exception("retention pass failed; next one in %gs", self.policy.interval)
+            await asyncio.sleep(self.policy.interval)
+
+    def start(self) -> None:
+        if self.policy.enabled and self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="fleet-retention")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,259 @@
+"""Retention (bridge/fleet/retention.py) on both stores: heartbeats go long before the rest
+of the audit log, refused inputs are bounded in age and count, silent instances are retired
+(never deleted) and come back with their next event, and pruning runs in short batches that
+let ingest through between them.
+
+PostgreSQL is a real server (tests/fleet/postgres_server.py: skipped without its binaries,
+failing under CI=true). The pruner's clock is a parameter: the rows are received "days ago"
+by giving their batches old receive times, never by waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+
+from bridge.fleet.config import parse_fleet_config
+from bridge.fleet.retention import DAY, FleetRetention, Prunable, Pruner
+from bridge.fleet.service import build_store
+from bridge.fleet.store import Batch, EventQuery, NoticeFilter, Refused
+from bridge.infra.validation import ConfigError
+from bridge.pipeline.model import Status
+from tests.fleet.conftest import FleetFactory
+from tests.fleet.factories import T0, batch, gce_vm, heartbeat, transition
+from tests.fleet.world import FLEET
+
+pytest_plugins = ["tests.fleet.postgres_server"]
+
+WEB, DB = gce_vm("web-1"), gce_vm("db-1")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    if request.param == "sqlite":
+        url = f"sqlite://{tmp_path / 'fleet.sqlite3'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    store = build_store(url)
+    await store.open()
+    assert isinstance(store, Prunable)
+    yield store
+    await store.close()
+
+
+def days_ago(now: datetime, days: float) -> datetime:
+    return now - timedelta(days=days)
+
+
+def pruner(store: Any, now: datetime, **policy: Any) -> tuple[Pruner, list[float]]:
+    """A pruner at `now` whose pauses are recorded instead of slept."""
+    pauses: list[float] = []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+
+    return Pruner(store, FleetRetention(**policy), clock=now.timestamp, sleep=pause), pauses
+
+
+def record_writes(store: Any, note: Callable[[int], object]) -> None:
+    """`note` each of the store's write transactions (rows it returned) as it ends."""
+    write = store.transaction
+
+    async def noted(fn: Callable[[Any], int]) -> int:
+        done: int = await write(fn)
+        note(done)
+        return done
+
+    store.transaction = noted
+
+
+async def audit_types(store: Any) -> list[str]:
+    page = await store.events(EventQuery(limit=1000))
+    return [msgspec.json.decode(row[3])["type"].rsplit(".", 1)[-1] for row in page.rows]
+
+
+async def test_heartbeats_go_first_and_the_rest_after_its_own_retention(store: Any) -> None:
+    now = T0 + timedelta(days=500)
+    scheduled = transition(DB, "n-1", Status.SCHEDULED, T0, not_before=T0 + timedelta(hours=1))
+    await store.ingest(batch(scheduled, heartbeat(DB, T0), received=T0))  # 500 days ago
+    old_beats = [heartbeat(WEB, days_ago(now, 10), sequence=i) for i in range(5)]
+    await store.ingest(batch(*old_beats, received=days_ago(now, 10)))
+    done = transition(DB, "n-1", Status.COMPLETED, days_ago(now, 20))
+    await store.ingest(batch(done, received=days_ago(now, 20)))
+    fresh = heartbeat(WEB, days_ago(now, 1), sequence=9)
+    await store.ingest(batch(fresh, received=days_ago(now, 1)))
+
+    report = await pruner(store, now, retire_after_days=1000)[0].run_pass()
+
+    # 500 days: everything of then goes (on PostgreSQL its month's partition, whole);
+    # 10-day-old heartbeats go; the rest stays.
+    assert report.heartbeats == 6
+    if store.dialect == "sqlite":
+        assert report.events == 1
+    else:  # its month, and the empty ones after it made ahead at open
+        assert (report.events, report.partitions >= 1) == (0, True)
+    assert await audit_types(store) == ["completed", "heartbeat"]
+    (notice,) = await store.notices(NoticeFilter(), in_force=False)
+    assert notice["status"] == "completed"  # the state is kept; only its history is pruned
+    (web,) = [i for i in await store.instances() if i["name"] == "web-1"]
+    assert web["last_heartbeat"] == days_ago(now, 1).timestamp()
+
+
+async def test_the_kept_counts_follow_what_retention_removes_and_retires(store: Any) -> None:
+    now = T0 + timedelta(days=500)
+    scheduled = transition(DB, "n-1", Status.SCHEDULED, T0, not_before=T0 + timedelta(hours=1))
+    await store.ingest(batch(scheduled, heartbeat(DB, T0), received=T0))  # a month dropped
+    beats = [heartbeat(WEB, days_ago(now, 10), sequence=i) for i in range(5)]
+    await store.ingest(batch(*beats, received=days_ago(now, 10)))
+    refused = [Refused(f"{{bad {i}".encode(), "not JSON") for i in range(4)]
+    await store.ingest(
+        Batch(ingest="kafka", received_at=days_ago(now, 60).timestamp(), refused=refused)
+    )
+    await store.ingest(batch(heartbeat(WEB, days_ago(now, 1), sequence=9), received=now))
+
+    report = await pruner(store, now)[0].run_pass()
+    assert (report.heartbeats, report.retired) == (6, 1)  # db-1 not heard from since T0
+
+    def recount(db: Any) -> dict[str, int]:
+        found = {}
+        for name, query in (
+            ("events", "SELECT COUNT(*) FROM events"),
+            ("instances", "SELECT COUNT(*) FROM instances"),
+            ("notices", "SELECT COUNT(*) FROM notices"),
+            ("notices_in_force", "SELECT COUNT(*) FROM notices WHERE rank < 2"),
+            ("rejected", "SELECT COUNT(*) FROM rejected"),
+            ("instances_retired", "SELECT COUNT(*) FROM instances WHERE retired_at IS NOT NULL"),
+        ):
+            (found[name],) = db.execute(query).fetchone()
+        return found
+
+    counts = await store.counts()
+    assert counts == await store.transaction(recount)
+    assert (counts["events"], counts["rejected"], counts["instances_retired"]) == (1, 0, 1)
+
+
+async def test_pruning_runs_in_short_batches_with_a_pause_between(store: Any) -> None:
+    now = T0 + timedelta(days=30)
+    beats = [heartbeat(WEB, T0 + timedelta(seconds=i), sequence=i) for i in range(25)]
+    await store.ingest(batch(*beats, received=T0))
+    deleted: list[int] = []
+    record_writes(store, deleted.append)
+    prune, pauses = pruner(store, now, batch_rows=10, batch_pause=0.25)
+    assert (await prune.run_pass()).heartbeats == 25
+    assert deleted[:3] == [10, 10, 5]  # one transaction each
+    assert max(deleted) <= 10
+    # Between full batches only; PostgreSQL then prunes the 25 de-duplication keys too.
+    assert pauses == [0.25, 0.25] * (1 if store.dialect == "sqlite" else 2)
+
+
+async def test_ingest_gets_through_between_the_batches(store: Any) -> None:
+    now = T0 + timedelta(days=30)
+    beats = [heartbeat(WEB, T0 + timedelta(seconds=i), sequence=i) for i in range(200)]
+    await store.ingest(batch(*beats, received=T0))
+    order: list[str] = []
+    record_writes(store, lambda _rows: order.append("prune"))
+    pauses = 0
+
+    async def pause(seconds: float) -> None:
+        nonlocal pauses
+        pauses += 1
+        await asyncio.sleep(0)  # the loop runs whoever waits: here, the ingest
+
+    prune = Pruner(store, FleetRetention(batch_rows=20), clock=now.timestamp, sleep=pause)
+
+    async def ingest() -> None:
+        await asyncio.sleep(0)
+        await store.ingest(batch(heartbeat(DB, now, sequence=1), received=now))
+        order.append("ingest")
+
+    await asyncio.gather(prune.run_pass(), ingest())
+    assert "ingest" in order[:3]  # after the first batch at the latest, not after the pass
+    assert pauses >= 10  # 200 heartbeats in batches of 20 (and their keys on PostgreSQL)
+
+
+async def test_refused_inputs_are_bounded_in_age_and_in_count(store: Any) -> None:
+    now = T0 + timedelta(days=100)
+    for age, count in ((60, 3), (1, 150)):
+        received = days_ago(now, age).timestamp()
+        refused = [Refused(f"{{bad {age}-{i}".encode(), "not JSON") for i in range(count)]
+        await store.ingest(Batch(ingest="kafka", received_at=received, refused=refused))
+    report = await pruner(store, now, rejected_rows=100, retire_after_days=1000)[0].run_pass()
+    assert report.rejected == 3 + 50
+    kept = await store.rejected(limit=1000)
+    assert len(kept) == 100
+    assert kept[0]["body"] == "{bad 1-149"  # the newest ones stay
+
+
+async def test_silent_instances_are_retired_not_deleted_and_return_when_heard(
+    store: Any,
+) -> None:
+    now = T0 + timedelta(days=45)
+    received = now - timedelta(days=2)  # heard from no later than received (liveness)
+    await store.ingest(batch(heartbeat(WEB, T0), heartbeat(DB, received), received=received))
+    report = await pruner(store, now)[0].run_pass()
+    assert report.retired == 1
+    rows = {i["name"]: i for i in await store.instances()}
+    assert rows["web-1"]["retired_at"] == now.timestamp()
+    assert rows["db-1"]["retired_at"] is None
+    assert (await pruner(store, now)[0].run_pass()).retired == 0  # once
+
+    late = heartbeat(WEB, T0 - timedelta(days=1), sequence=7)  # late, and old
+    await store.ingest(batch(late, received=now))
+    assert {i["name"]: i for i in await store.instances()}["web-1"]["retired_at"] is not None
+    await store.ingest(batch(heartbeat(WEB, now, sequence=8), received=now))
+    assert {i["name"]: i for i in await store.instances()}["web-1"]["retired_at"] is None
+
+
+async def test_the_api_shows_a_retired_instance_and_it_is_never_eligible(
+    fleet_service: FleetFactory,
+) -> None:
+    # The world's `quiet-1` last sent an hour ago; here anything silent for 30 min retires.
+    async with (
+        fleet_service(retention={"retire_after_days": 30 / (24 * 60)}) as service,
+        httpx.AsyncClient(base_url=service.url) as http,
+    ):
+        body = b"[" + b",".join(FLEET) + b"]"
+        headers = {"content-type": "application/cloudevents-batch+json"}
+        assert (await http.post("/v1/events", content=body, headers=headers)).status_code == 200
+        assert service.pruner is not None
+        await service.pruner.run_pass()
+        listed = (await http.get("/v1/fleet/instances?state=retired")).json()
+        (quiet,) = listed["instances"]
+        assert (quiet["name"], quiet["state"]) == ("quiet-1", "retired")
+        assert quiet["state_reason"] == "not heard from for 0 days"
+        assert isinstance(quiet["retired_at"], str)  # RFC 3339, as every new time field
+        summary = (await http.get("/v1/fleet/summary")).json()["instances"]
+        assert summary["retired"] == 1
+        assert summary["total"] == summary["reporting"] + summary["silent"] + 1
+        silent = (await http.get("/v1/fleet/instances?state=silent")).json()["instances"]
+        assert "quiet-1" not in [i["name"] for i in silent]  # retired, not silent
+        metrics = (await http.get("/metrics")).text
+        assert 'fleet_instances{state="retired"} 1' in metrics
+        eligible = (await http.get("/v1/fleet/eligible?instance=quiet-1")).json()
+        (answer,) = eligible["candidates"]
+        assert (answer["eligible"], answer["reason"]) == (
+            False,
+            "retired: not heard from for 0 days",
+        )
+
+
+def test_the_retention_settings_are_validated_with_their_key_named() -> None:
+    defaults = parse_fleet_config({}).retention
+    assert (defaults.events_days, defaults.heartbeats_days, defaults.batch_rows) == (400, 7, 1000)
+    assert defaults.retire_after_days * DAY == 30 * DAY
+    for table, problem in (
+        ({"heartbeats_days": 500}, "fleet.retention.heartbeats_days: must not exceed events_days"),
+        ({"events_days": 0}, "fleet.retention.events_days"),
+        ({"batch_rows": 0}, "fleet.retention.batch_rows"),
+        ({"keep": 1}, "fleet.retention"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            parse_fleet_config({"fleet": {"retention": table}})
+        assert problem in str(caught.value), str(caught.value)
