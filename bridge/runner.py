@@ -27,7 +27,7 @@ from bridge.infra.observe import Exporter, HealthSource, ReadinessLine
 from bridge.pipeline.approver import Approver
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.enrollment import Enrollment
-from bridge.pipeline.events import serialize, to_cloudevent
+from bridge.pipeline.events import to_event
 from bridge.pipeline.heartbeat import Heartbeats
 from bridge.pipeline.in_force import InForce
 from bridge.pipeline.model import Instance, Notice, Status
@@ -192,11 +192,10 @@ class Bridge:
         self, name: str, update: Update
     ) -> tuple[list[contract.Event], dict[str, str]]:
         """Spool the update's events, the watcher's checkpoint, the actions they call for and
-        the notices in force, all in one transaction; the events come back typed (decoded
-        once, from the bytes spooled, for the actions and the notices in force)."""
-        events = [to_cloudevent(notice) for notice in update.notices]
-        rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
-        typed = [contract.from_cloudevent(row.body) for row in rows]
+        the notices in force, all in one transaction; the events come back typed, for the
+        actions and the notices in force."""
+        typed = [to_event(notice) for notice in update.notices]
+        rows = [NewEvent(e.id, e.source, e.type, contract.encode(e)) for e in typed]
         plan = self.actions.plan(typed)
         in_force: dict[str, bytes | None] = {}
         for notice, row in zip(update.notices, rows, strict=True):

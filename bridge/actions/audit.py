@@ -10,8 +10,7 @@ the notices: durably, at least once, to every sink.
 They are built as typed values of the contract (`contract.ApprovedData`,
 `contract.HookCompletedData`, `contract.BudgetReleasedData`, with `contract.BudgetData` and
 `contract.HeldSlotData` from the budget), so they match schema v1 by construction; the spool
-gets their bytes from `bridge.pipeline.typed_events.encode`, which writes them exactly as they
-always were (tests/test_typed_bytes.py).
+gets their bytes from `bridge.contract.encode`, as every event's (tests/test_typed_bytes.py).
 """
 
 from __future__ import annotations
@@ -21,13 +20,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal, TypedDict
 
-import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge import contract
 from bridge.infra.encoding import parse
+from bridge.pipeline.events import instance_data
 from bridge.pipeline.model import Instance
-from bridge.pipeline.typed_events import encode, maintenance
+from bridge.pipeline.typed_events import maintenance
 
 HOOK_COMPLETED: Final = contract.HOOK_COMPLETED
 APPROVED: Final = contract.APPROVED
@@ -227,12 +226,12 @@ def test_event(
         time=sent_at,
         data=contract.TestData(
             provider=instance.provider.value,
-            instance=msgspec.convert(instance.as_data(), contract.InstanceData),
+            instance=instance_data(instance),
             message=message,
             sent_at=sent_at,
         ),
     )
-    return parse(encode(typed))
+    return parse(contract.encode(typed))
 
 
 test_event.__test__ = False  # type: ignore[attr-defined]  # pytest must not collect it

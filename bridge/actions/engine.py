@@ -41,7 +41,7 @@ from bridge.infra.backoff import retry_logger, retry_until_done
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.approver import ApprovalRejected
 from bridge.pipeline.spool import Action, NewEvent, Spool, SpoolError
-from bridge.pipeline.typed_events import as_object, encode, maintenance
+from bridge.pipeline.typed_events import maintenance
 
 if TYPE_CHECKING:
     from bridge.actions.coordination.budget import Budget, Grant, Unrenewed
@@ -181,7 +181,7 @@ class Actions:
             if not names and decision is None:
                 continue
             hook_keys = [_hook_key(event, name) for name in names]
-            seen = as_object(event)  # stored as consumers saw it (a hook's stdin, resumed)
+            seen = contract.to_dict(event)  # stored as consumers saw it (a hook's stdin, resumed)
             for key, name in zip(hook_keys, names, strict=True):
                 if key not in self._known:
                     detail: dict[str, object] = {"action": "hook", "hook": name, "event": seen}
@@ -354,7 +354,7 @@ class Actions:
 
     async def _commit(self, events: Sequence[contract.Event], states: dict[str, str]) -> None:
         """Spool audit events and action states together, retrying a failing disk."""
-        rows = [NewEvent(e.id, e.source, e.type, encode(e)) for e in events]
+        rows = [NewEvent(e.id, e.source, e.type, contract.encode(e)) for e in events]
         await retry_until_done(
             lambda: self._spool.commit(rows, states=states),
             retry_on=SpoolError,

@@ -21,10 +21,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
-import msgspec
-
 from bridge import contract
 from bridge.infra.buildinfo import version
+from bridge.pipeline.events import instance_data
 from bridge.pipeline.model import Instance
 from bridge.pipeline.spool import NewEvent, SpoolError
 
@@ -40,11 +39,6 @@ log = logging.getLogger("bridge.heartbeat")
 _HEARTBEAT_NAMESPACE: Final = uuid.UUID("5b2e9d47-1c6a-4f83-b0d2-7e4a9c3f1a68")
 #: How often to look whether the watcher has identified the VM yet, seconds.
 _IDENTITY_POLL: Final = 0.2
-
-
-def _instance_data(instance: Instance) -> contract.InstanceData:
-    """The contract's `instance` object (keys the contract does not know are left out)."""
-    return msgspec.convert(instance.as_data(), contract.InstanceData)
 
 
 def heartbeat_event(
@@ -67,7 +61,7 @@ def heartbeat_event(
         time=at.astimezone(UTC),
         data=contract.HeartbeatData(
             provider=instance.provider.value,
-            instance=_instance_data(instance),
+            instance=instance_data(instance),
             agent_version=version(),
             interval_seconds=interval,
             started_at=started_at.astimezone(UTC),
