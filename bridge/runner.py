@@ -263,14 +263,16 @@ class Bridge:
             await watcher.aclose()
 
     async def _checkpoint_of(self, name: str) -> dict[str, Any] | None:
-        """The watcher's last checkpoint; for Azure with the events approved in any run.
+        """The watcher's last checkpoint; for a provider that approves events, with the
+        events approved in any run (`ProviderPlugin.approves_events`).
 
         An approval is recorded in the spool by the actions, not in the checkpoint: after a
         restart the watcher must still know that an event which vanished while we were down
         ran (we approved it, so it started) rather than was cancelled.
         """
         checkpoint = await self.spool.load_checkpoint(name)
-        if checkpoint is not None and name == "azure":
+        plugin = providers.find(name)
+        if checkpoint is not None and plugin is not None and plugin.approves_events:
             approved = set(checkpoint.get("approved", ())) | await self.actions.approved_ids()
             checkpoint["approved"] = sorted(approved)
         return checkpoint

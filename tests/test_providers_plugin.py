@@ -76,3 +76,15 @@ def test_the_check_sees_a_provider_named_in_code() -> None:
 
 def test_both_is_the_two_clouds_simulated_before_aws() -> None:
     assert set(BOTH) <= set(registry.names())
+
+
+def test_which_providers_approve_events_is_their_plugins_to_say() -> None:
+    """The actions and the runner ask `approves_events`, never a provider's name: the clouds
+    that approve are the ones with an approver (Azure today)."""
+    approving = {name for name in registry.names() if registry.get(name).approves_events}
+    assert approving == {"azure"}
+    for name in registry.names():
+        plugin = registry.get(name)
+        assert (plugin.approver(lambda: None) is not None) == plugin.approves_events, name
+    assert registry.find("azure") is registry.get("azure")
+    assert registry.find("a watcher of a test") is None

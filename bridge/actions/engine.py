@@ -42,6 +42,7 @@ from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.approver import ApprovalRejected
 from bridge.pipeline.spool import Action, NewEvent, Spool, SpoolError
 from bridge.pipeline.typed_events import maintenance
+from bridge.providers import registry as providers
 
 if TYPE_CHECKING:
     from bridge.actions.coordination.budget import Budget, Grant, Unrenewed
@@ -203,7 +204,7 @@ class Actions:
 
     def _approval_for(self, data: contract.MaintenanceData) -> approval.Decision | None:
         config = self._config.approval
-        if data.provider != "azure" or data.status != "scheduled":
+        if not providers.get(data.provider).approves_events or data.status != "scheduled":
             return None
         if not isinstance(data.raw, dict):
             return None  # the vendor's object as received: an Azure event is a JSON object
