@@ -88,3 +88,14 @@ def test_which_providers_approve_events_is_their_plugins_to_say() -> None:
         assert (plugin.approver(lambda: None) is not None) == plugin.approves_events, name
     assert registry.find("azure") is registry.get("azure")
     assert registry.find("a watcher of a test") is None
+
+
+def test_whether_ids_ignore_case_is_their_plugins_to_say() -> None:
+    """Azure's resource ids (ARM) compare without regard to case, the others' exactly; the
+    fleet's identity checks ask the plug-in rather than test for a cloud's name."""
+    arm = "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/vm"
+    assert registry.get("azure").same_id(arm, arm.lower())
+    for name in registry.names():
+        plugin = registry.get(name)
+        assert plugin.same_id("i-0ABC", "i-0ABC")
+        assert plugin.same_id("i-0ABC", "i-0abc") == (name == "azure"), name

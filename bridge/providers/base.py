@@ -34,6 +34,14 @@ class ProviderPlugin(abc.ABC):
     #: ids approved in any run under `approved` (an event that vanished after we approved it
     #: ran, rather than was cancelled). Such a provider has an `approver`.
     approves_events: ClassVar[bool] = False
+    #: Whether its instance ids and resource names compare without regard to case (Azure's
+    #: ARM ids: the managed identity token's `xms_mirid` and IMDS's `resourceId` differ in
+    #: case); the fleet's identity checks ask it (`same_id`).
+    ids_ignore_case: ClassVar[bool] = False
+
+    def same_id(self, a: str, b: str) -> bool:
+        """Whether `a` and `b` name the same instance or resource of this cloud."""
+        return a.lower() == b.lower() if self.ids_ignore_case else a == b
 
     @abc.abstractmethod
     def watcher(

@@ -23,6 +23,7 @@ def _settings(source: Source) -> AzureSource:
 class Azure(ProviderPlugin):
     name: ClassVar[ProviderName] = "azure"
     approves_events: ClassVar[bool] = True
+    ids_ignore_case: ClassVar[bool] = True
 
     def watcher(
         self, config: Config, checkpoint: dict[str, Any] | None, **client_options: Any
