@@ -249,10 +249,11 @@ async def test_a_planned_action_that_does_not_read_back_is_logged_not_a_crash_at
 
 
 def test_a_traceparent_reaches_a_hook_and_the_status_api_after_dataschema() -> None:
-    """Events written now carry the CloudEvents distributed-tracing extension right after
-    `dataschema`; an event spooled before it (no traceparent) is written without the
-    attribute (not as null), the rest byte for byte the same."""
-    for event in EVENTS:
+    """Events written now (maintenance, audit, heartbeat) carry the CloudEvents
+    distributed-tracing extension right after `dataschema`; an event written before it (no
+    traceparent) is written without the attribute (not as null), the rest byte for byte the
+    same."""
+    for event in [*EVENTS, *_audit_events(), *_heartbeats()]:
         assert event.traceparent is not None
         written = json.loads(hooks.stdin_body(event))
         assert list(written)[list(written).index("dataschema") + 1] == "traceparent"
@@ -264,3 +265,38 @@ def test_a_traceparent_reaches_a_hook_and_the_status_api_after_dataschema() -> N
         assert contract.from_cloudevent(encode(older)) == older
     (first, *_) = json.loads(status_api.notices_body(EVENTS[:1]))
     assert first["traceparent"] == EVENTS[0].traceparent
+
+
+def test_audit_events_and_heartbeats_carry_the_trace_of_what_they_are_about() -> None:
+    """An audit event joins the trace of the maintenance it answers (the trace id its
+    notice's events carry), with a span of its own; the heartbeats of one sidecar process
+    share a trace, another process has another."""
+    trace_of = {
+        (e.source, maintenance(e).notice_id): str(e.traceparent).split("-")[1] for e in EVENTS
+    }
+    spans = set()
+    for event in _audit_events():
+        assert isinstance(event.data, contract.TriggerData)
+        version, trace, span, flags = str(event.traceparent).split("-")
+        assert (version, flags) == ("00", "01")
+        assert trace == trace_of[(event.source, event.data.notice_id)]
+        spans.add(span)
+    assert len(spans) == len({event.id for event in _audit_events()})
+    beats = [
+        heartbeat_event(
+            GCE_VM,
+            sequence=n,
+            started_at=started,
+            interval=60.0,
+            watcher_healthy=True,
+            spool_depth=0,
+            at=AT,
+        )
+        for started in (FRACTION, AT)
+        for n in range(2)
+    ]
+    traces = [str(beat.traceparent).split("-")[1] for beat in beats]
+    assert traces[0] == traces[1] != traces[2] == traces[3]
+    assert len({str(beat.traceparent).split("-")[2] for beat in beats}) == 4
+    for event in [*_audit_events(), *beats]:
+        jsonschema.validate(json.loads(encode(event)), schema())

@@ -24,7 +24,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from bridge import contract
 from bridge.infra.encoding import parse
-from bridge.pipeline.events import instance_data
+from bridge.pipeline.events import instance_data, maintenance_trace, trace_context
 from bridge.pipeline.model import Instance
 from bridge.pipeline.typed_events import maintenance
 
@@ -123,13 +123,15 @@ class HookOutcome:
 def _event(
     trigger: Trigger, type_: str, id_: str, at: datetime, data: contract.EventData
 ) -> contract.Event:
-    """An audit event about `trigger`'s notice: the VM's source, the notice id as subject."""
+    """An audit event about `trigger`'s notice: the VM's source, the notice id as subject, in
+    the maintenance's trace (the trace id its notice's events carry)."""
     return contract.Event(
         id=id_,
         source=trigger.source,
         type=type_,
         subject=trigger.notice_id,
         time=at.astimezone(UTC),
+        traceparent=trace_context(maintenance_trace(trigger.source, trigger.notice_id), id_),
         data=data,
     )
 
@@ -218,12 +220,14 @@ def test_event(
     goes straight to a sink (`doctor --send-test-event`), not through the spool.
     """
     sent_at = (at or datetime.now(UTC)).astimezone(UTC)
+    id_ = _audit_id(instance.source, TEST, message, contract.rfc3339(sent_at))
     typed = contract.Event(
-        id=_audit_id(instance.source, TEST, message, contract.rfc3339(sent_at)),
+        id=id_,
         source=instance.source,
         type=TEST,
         subject=instance.name,
         time=sent_at,
+        traceparent=trace_context(id_, id_),  # a trace of its own
         data=contract.TestData(
             provider=instance.provider.value,
             instance=instance_data(instance),

@@ -51,16 +51,29 @@ def event_id(notice: Notice) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, key))
 
 
+def trace_context(trace: str, event_id: str) -> str:
+    """A CloudEvents distributed-tracing extension (W3C Trace Context `traceparent`): the
+    trace id is a UUIDv5 of `trace` (what the events of one trace share), the parent id is
+    derived from `event_id` (one span per event). Deterministic like the ids, so an event
+    written again carries the same one."""
+    trace_id = uuid.uuid5(_TRACE_NAMESPACE, trace).hex
+    span = uuid.uuid5(_TRACE_NAMESPACE, event_id).hex[:16]
+    return f"00-{trace_id}-{span}-01"  # version 00, sampled
+
+
+def maintenance_trace(source: str, notice_id: str) -> str:
+    """The trace of one maintenance of one VM: every transition of the notice and every
+    audit event about it (hook runs, approvals, budget slots) share its trace id, so one
+    maintenance can be followed from the metadata service to the fleet's audit log."""
+    return f"{source}\n{notice_id}"
+
+
 def traceparent(notice: Notice) -> str:
-    """The CloudEvents distributed-tracing extension (W3C Trace Context `traceparent`) of the
-    event announcing `notice`: one trace per maintenance (the trace id is a UUIDv5 of the
-    source and the notice id), one span per transition (the parent id is derived from the
-    event id). Deterministic like the id, so an event announced again carries the same one,
-    and every event of one maintenance, from the metadata service to the fleet's audit log,
-    shares one trace id."""
-    trace = uuid.uuid5(_TRACE_NAMESPACE, f"{notice.instance.source}\n{notice.notice_id}").hex
-    span = uuid.uuid5(_TRACE_NAMESPACE, event_id(notice)).hex[:16]
-    return f"00-{trace}-{span}-01"  # version 00, sampled
+    """The `traceparent` of the event announcing `notice`: the maintenance's trace, the
+    transition's span."""
+    return trace_context(
+        maintenance_trace(notice.instance.source, notice.notice_id), event_id(notice)
+    )
 
 
 def _utc(value: datetime | None) -> datetime | None:

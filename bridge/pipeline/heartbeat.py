@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 from bridge import contract
 from bridge.infra.buildinfo import version
-from bridge.pipeline.events import instance_data
+from bridge.pipeline.events import instance_data, trace_context
 from bridge.pipeline.model import Instance
 from bridge.pipeline.spool import NewEvent, SpoolError
 
@@ -51,14 +51,17 @@ def heartbeat_event(
     spool_depth: int,
     at: datetime,
 ) -> contract.Event:
-    """The `sequence`-th heartbeat of the sidecar process that started at `started_at`."""
+    """The `sequence`-th heartbeat of the sidecar process that started at `started_at`; the
+    heartbeats of one process share a trace (`traceparent`), one span each."""
     started = contract.rfc3339(started_at)
+    id_ = str(uuid.uuid5(_HEARTBEAT_NAMESPACE, f"{instance.source}\n{started}\n{sequence}"))
     return contract.Event(
-        id=str(uuid.uuid5(_HEARTBEAT_NAMESPACE, f"{instance.source}\n{started}\n{sequence}")),
+        id=id_,
         source=instance.source,
         type=contract.HEARTBEAT,
         subject=instance.name,
         time=at.astimezone(UTC),
+        traceparent=trace_context(f"{instance.source}\n{started}", id_),
         data=contract.HeartbeatData(
             provider=instance.provider.value,
             instance=instance_data(instance),
