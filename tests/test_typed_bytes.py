@@ -10,7 +10,10 @@ environment, the planned actions the spool keeps across versions, and the `/v1/n
 `/v1/eligible` bodies. The stdin, environment, plan and eligibility entries were written by
 the dict-based code before the events became typed; the events', audit events', heartbeats'
 and `/v1/notices` bytes changed once, when one encoder replaced three (spacing and key order
-only; CHANGELOG.md), and are pinned from then on. Each must come out byte for byte the
+only; CHANGELOG.md), and are pinned from then on. The one other change is additive: the
+`traceparent` attribute (issue 35) after `dataschema`, on the maintenance events (and so in
+a hook's stdin, the plan and `/v1/notices`), then on the audit events and heartbeats; an
+event written before it is still written without it. Each must come out byte for byte the
 same.
 """
 
