@@ -15,13 +15,14 @@ schema with its Struct, property by property, so the two cannot drift apart.
 
 Unknown fields are ignored, as schema v1 asks of consumers: version 1 only grows by addition.
 
-`bridge.pipeline.events.to_cloudevent` stays the writer of maintenance events (its bytes are pinned:
-event ids are forever); `encode` here writes the same structured JSON for any typed event,
-which is how the heartbeat is built and how a consumer re-emits what it read.
+`encode` here is the one writer of an event's bytes: the sidecar builds every event it sends
+(a notice's, an audit record's, a heartbeat) as an `Event` and writes it with `encode`, and a
+consumer re-emits what it read the same way.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
@@ -262,22 +263,36 @@ SCHEMA_DEFS: Final[Mapping[type[_Data], str]] = {
 }
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True):
-    """One event of schema v1: the CloudEvents attributes and its typed `data`."""
+def _always_written(value: str) -> Any:
+    """The default of a constant attribute, still written under `omit_defaults`: msgspec
+    leaves out a field equal to a default given by value, but not one a factory of its own
+    makes (only empty collections count there), and every event carries its constants."""
+    return msgspec.field(default_factory=lambda: value)
 
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One event of schema v1: the CloudEvents attributes and its typed `data`.
+
+    The fields are declared in the order `encode` writes them (the attributes, then `data`):
+    msgspec writes a Struct's fields in their declared order, so this order *is* the wire's.
+    An unset `traceparent` is left out (`omit_defaults`); the constant attributes always
+    appear (`_always_written`).
+    """
+
+    specversion: Literal["1.0"] = _always_written(SPEC_VERSION)
     id: NonEmpty
     source: NonEmpty
     type: str
     subject: NonEmpty
     time: Timestamp
-    data: EventData
-    specversion: Literal["1.0"] = SPEC_VERSION
-    datacontenttype: Literal["application/json"] = CONTENT_TYPE
+    datacontenttype: Literal["application/json"] = _always_written(CONTENT_TYPE)
     dataschema: Literal["https://maintenancebridge.io/schemas/maintenance-event/v1.json"] = (
-        SCHEMA_URI
+        _always_written(SCHEMA_URI)
     )
-    #: Maintenance events since 1.x (additive); None on others and on older events.
+    #: The CloudEvents distributed-tracing extension (W3C Trace Context; additive, issue 35);
+    #: None on events written before it, which are then written without it.
     traceparent: TraceParent | None = None
+    data: EventData
 
     @property
     def is_maintenance(self) -> bool:
@@ -384,27 +399,44 @@ def binary_to_structured(headers: Mapping[str, str], body: bytes) -> bytes:
 
 
 def encode(event: Event) -> bytes:
-    """Structured-mode JSON of `event` (the attributes, then `data`)."""
-    return _ENCODER.encode(to_dict(event))
+    """The bytes of `event`: every event the sidecar writes (spool, sinks, a hook's stdin, the
+    status API, `demo`) is written here, in one JSON form.
+
+    The form: compact JSON (no spaces) of the attributes in one order (`specversion`, `id`,
+    `source`, `type`, `subject`, `time`, `datacontenttype`, `dataschema`, `traceparent` when
+    set), then `data` in its Struct's field order; every timestamp RFC 3339, `time` in UTC
+    with a `Z`; non-ASCII characters and DEL as `\\u` escapes, as the events always had
+    them. msgspec writes it in one call; an event with such characters is written by the
+    standard library, which escapes them at C speed (its one other difference: a float's
+    exponent, `1e-07` for msgspec's `1e-7`). A hook's output tail, the one field of arbitrary
+    text, is looked at first, so such an event is not encoded twice.
+    tests/test_typed_bytes.py pins the bytes.
+    """
+    event = _in_utc(event)
+    data = event.data
+    if not isinstance(data, HookCompletedData) or data.output_tail.isascii():
+        body = _ENCODER.encode(event)
+        if body.isascii() and b"\x7f" not in body:
+            return body
+    return _ESCAPING.encode(msgspec.to_builtins(event)).encode()
+
+
+#: The standard library's compact writer, made once (`json.dumps` with `separators` builds a
+#: new encoder on every call).
+_ESCAPING: Final = json.JSONEncoder(separators=(",", ":"))
 
 
 def to_dict(event: Event) -> dict[str, Any]:
-    """The event as a JSON object: the attributes (in the heartbeat's order), then `data`.
+    """The event as the JSON object `encode` writes (the same keys in the same order)."""
+    result: dict[str, Any] = msgspec.to_builtins(_in_utc(event))
+    return result
 
-    The sidecar writes maintenance and audit events with the attribute orders they always
-    had (`bridge.pipeline.typed_events.as_object`); a consumer must not rely on any order."""
-    return {
-        "specversion": event.specversion,
-        "id": event.id,
-        "source": event.source,
-        "type": event.type,
-        "datacontenttype": event.datacontenttype,
-        "dataschema": event.dataschema,
-        "subject": event.subject,
-        "time": rfc3339(event.time),
-        **({"traceparent": event.traceparent} if event.traceparent is not None else {}),
-        "data": msgspec.to_builtins(event.data),
-    }
+
+def _in_utc(event: Event) -> Event:
+    """`event` with its `time` in UTC (written with a `Z`), whatever offset it was read with."""
+    if event.time.tzinfo is UTC:
+        return event
+    return msgspec.structs.replace(event, time=event.time.astimezone(UTC))
 
 
 def zone_of(zone: str | None, location: str | None) -> str | None:

@@ -29,7 +29,7 @@ from bridge.infra.observe import Exporter, HealthSource, ReadinessLine
 from bridge.pipeline.approver import Approver
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.enrollment import Enrollment
-from bridge.pipeline.events import serialize, to_cloudevent
+from bridge.pipeline.events import to_event
 from bridge.pipeline.heartbeat import Heartbeats
 from bridge.pipeline.in_force import InForce
 from bridge.pipeline.model import Instance, Notice, Status
@@ -194,11 +194,10 @@ class Bridge:
         self, name: str, update: Update
     ) -> tuple[list[contract.Event], dict[str, str]]:
         """Spool the update's events, the watcher's checkpoint, the actions they call for and
-        the notices in force, all in one transaction; the events come back typed (decoded
-        once, from the bytes spooled, for the actions and the notices in force)."""
-        events = [to_cloudevent(notice) for notice in update.notices]
-        rows = [NewEvent(e.get_id(), e.get_source(), e.get_type(), serialize(e)) for e in events]
-        typed = [contract.from_cloudevent(row.body) for row in rows]
+        the notices in force, all in one transaction; the events come back typed, for the
+        actions and the notices in force."""
+        typed = [to_event(notice) for notice in update.notices]
+        rows = [NewEvent(e.id, e.source, e.type, contract.encode(e)) for e in typed]
         traced, spooling = [(e.traceparent, e.id) for e in typed], time.time()
         observed = min((n.observed_at.timestamp() for n in update.notices), default=spooling)
         tracing.record("poll", traced, observed, {"maintenance_bridge.watcher": name})
@@ -270,14 +269,16 @@ class Bridge:
             await watcher.aclose()
 
     async def _checkpoint_of(self, name: str) -> dict[str, Any] | None:
-        """The watcher's last checkpoint; for Azure with the events approved in any run.
+        """The watcher's last checkpoint; for a provider that approves events, with the
+        events approved in any run (`ProviderPlugin.approves_events`).
 
         An approval is recorded in the spool by the actions, not in the checkpoint: after a
         restart the watcher must still know that an event which vanished while we were down
         ran (we approved it, so it started) rather than was cancelled.
         """
         checkpoint = await self.spool.load_checkpoint(name)
-        if checkpoint is not None and name == "azure":
+        plugin = providers.find(name)
+        if checkpoint is not None and plugin is not None and plugin.approves_events:
             approved = set(checkpoint.get("approved", ())) | await self.actions.approved_ids()
             checkpoint["approved"] = sorted(approved)
         return checkpoint

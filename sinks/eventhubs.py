@@ -27,17 +27,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 from cloudevents.core.bindings import amqp
-from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig
+from sinks.api import Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig, json_format
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData, EventDataBatch
     from azure.eventhub.aio import EventHubProducerClient
     from azure.identity.aio import DefaultAzureCredential
 
-_FORMAT: Final = JSONFormat()
+_FORMAT: Final = json_format()
 
 #: AMQP error conditions that no retry can fix: the hub, the namespace or our rights are wrong.
 PERMANENT_CONDITIONS: Final = frozenset(

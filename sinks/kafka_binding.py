@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import parse, serialize
+from sinks.api import dumps, parse, serialize
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=UTF-8"
 CONTENT_TYPE_HEADER: Final = "content-type"
@@ -54,11 +54,10 @@ class BindingError(ValueError):
 def to_record(event: CloudEvent, mode: Mode = "binary") -> Record:
     """The Kafka message of `event` in `mode`, keyed by its partition key.
 
-    Encoded straight from the event's attributes with msgspec, whose JSON of a datetime is
-    the RFC 3339 string the structured format carries (UTC as ``Z``), so both modes and
-    `bridge.pipeline.events.serialize` describe an event identically (the tests compare them). A
-    draining backlog pays this per event: a round trip through the SDK's JSON writer and a
-    parse back would cost several times more.
+    Encoded straight from the event's attributes in the one JSON form (`sinks.api.dumps`,
+    whose JSON of a datetime is the RFC 3339 string the structured format carries, UTC as
+    ``Z``), so both modes and `bridge.pipeline.events.serialize` describe an event
+    identically (the tests compare them).
     """
     fields: dict[str, Any] = dict(event.get_attributes())
     if not fields.get(PARTITION_KEY):
@@ -71,13 +70,13 @@ def to_record(event: CloudEvent, mode: Mode = "binary") -> Record:
         elif data is not None:
             fields["data"] = data
         content_type = STRUCTURED_CONTENT_TYPE.encode()
-        return Record(key, [(CONTENT_TYPE_HEADER, content_type)], msgspec.json.encode(fields))
+        return Record(key, [(CONTENT_TYPE_HEADER, content_type)], dumps(fields))
     if isinstance(data, bytes | bytearray):
         value = bytes(data)
     elif isinstance(data, str):
         value = data.encode()
     else:
-        value = b"" if data is None else msgspec.json.encode(data)
+        value = b"" if data is None else dumps(data)
     headers: list[tuple[str, bytes]] = []
     for name, attribute in fields.items():
         if isinstance(attribute, str):

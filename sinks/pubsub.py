@@ -54,6 +54,7 @@ from sinks.api import (
     Sink,
     SinkConfig,
     as_dict,
+    dumps,
     serialize,
 )
 
@@ -112,7 +113,7 @@ def binary_attributes(event: CloudEvent) -> tuple[bytes, dict[str, str]]:
         data = base64.b64decode(fields.pop("data_base64"))
     elif "data" in fields:
         value = fields.pop("data")
-        data = value.encode() if isinstance(value, str) else json.dumps(value).encode()
+        data = value.encode() if isinstance(value, str) else dumps(value)
     else:
         data = b""
     attributes: dict[str, str] = {}

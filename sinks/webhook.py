@@ -59,6 +59,7 @@ from sinks.api import (
     Secret,
     Sink,
     SinkConfig,
+    json_format,
     parse,
     serialize,
 )
@@ -299,9 +300,8 @@ class WebhookSink(Sink):
             # Imported here: the SDK's HTTP binding pulls in its date parser and time zone
             # database (about 2 MiB resident), which structured and batch mode never use.
             from cloudevents.core.bindings.http import to_binary
-            from cloudevents.core.formats.json import JSONFormat
 
-            message = to_binary(event, JSONFormat())
+            message = to_binary(event, json_format())
             headers = dict(message.headers)
             headers.setdefault("content-type", "application/json")
             return message.body, headers

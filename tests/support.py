@@ -26,7 +26,6 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge import contract
 from bridge.compose import compose
 from bridge.config import Config, parse_config
-from bridge.pipeline import typed_events
 from bridge.pipeline.events import EVENT_TYPES, as_dict, schema
 from bridge.providers.azure.simulated.group import AzureGroup
 from bridge.runner import Bridge, ProviderName
@@ -44,7 +43,7 @@ _VALIDATOR = jsonschema.Draft202012Validator(
 def assert_valid(event: CloudEvent | contract.Event | dict[str, Any]) -> dict[str, Any]:
     """Validate one event against schema v1; return it as the JSON object consumers see."""
     if isinstance(event, contract.Event):
-        data: dict[str, Any] = json.loads(typed_events.encode(event))
+        data: dict[str, Any] = json.loads(contract.encode(event))
     else:
         data = as_dict(event) if isinstance(event, CloudEvent) else event
     _VALIDATOR.validate(data)

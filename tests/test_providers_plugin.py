@@ -76,3 +76,26 @@ def test_the_check_sees_a_provider_named_in_code() -> None:
 
 def test_both_is_the_two_clouds_simulated_before_aws() -> None:
     assert set(BOTH) <= set(registry.names())
+
+
+def test_which_providers_approve_events_is_their_plugins_to_say() -> None:
+    """The actions and the runner ask `approves_events`, never a provider's name: the clouds
+    that approve are the ones with an approver (Azure today)."""
+    approving = {name for name in registry.names() if registry.get(name).approves_events}
+    assert approving == {"azure"}
+    for name in registry.names():
+        plugin = registry.get(name)
+        assert (plugin.approver(lambda: None) is not None) == plugin.approves_events, name
+    assert registry.find("azure") is registry.get("azure")
+    assert registry.find("a watcher of a test") is None
+
+
+def test_whether_ids_ignore_case_is_their_plugins_to_say() -> None:
+    """Azure's resource ids (ARM) compare without regard to case, the others' exactly; the
+    fleet's identity checks ask the plug-in rather than test for a cloud's name."""
+    arm = "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/vm"
+    assert registry.get("azure").same_id(arm, arm.lower())
+    for name in registry.names():
+        plugin = registry.get(name)
+        assert plugin.same_id("i-0ABC", "i-0ABC")
+        assert plugin.same_id("i-0ABC", "i-0abc") == (name == "azure"), name

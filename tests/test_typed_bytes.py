@@ -1,18 +1,26 @@
-"""What the actions and the status API write did not change when they began to read typed
-events (`bridge.contract.Event`) instead of dicts.
+"""The bytes the sidecar writes, pinned by golden files: every event is written by one
+encoder (`bridge.contract.encode`), and what a hook, a sink or the status API gets does not
+change unnoticed.
 
-`tests/fixtures/typed/before.json` was written by the dict-based code (the commit before the
-switch), from the events of `tests/typed_samples.py` (every provider; a window, fractions of
-a second, non-ASCII text, a vendor `raw` object). These are user-facing contracts: a hook's
-stdin and `MB_*` environment, the audit events' bytes (ids, attribute order, field order,
-fields omitted when unset, escapes), the planned actions the spool keeps across versions, and
-the `/v1/notices` and `/v1/eligible` bodies. Each must come out byte for byte the same.
+`tests/fixtures/typed/golden.json` holds them for the events of `tests/typed_samples.py`
+(every provider; a window, fractions of a second, non-ASCII text, a vendor `raw` object):
+the maintenance events as spooled, the audit events and the heartbeats (ids, attribute
+order, field order, fields omitted when unset, escapes), a hook's stdin and `MB_*`
+environment, the planned actions the spool keeps across versions, and the `/v1/notices` and
+`/v1/eligible` bodies. The stdin, environment, plan and eligibility entries were written by
+the dict-based code before the events became typed; the events', audit events', heartbeats'
+and `/v1/notices` bytes changed once, when one encoder replaced three (spacing and key order
+only; CHANGELOG.md), and are pinned from then on. The one other change is additive: the
+`traceparent` attribute (issue 35) after `dataschema`, on the maintenance events (and so in
+a hook's stdin, the plan and `/v1/notices`), then on the audit events and heartbeats; an
+event written before it is still written without it. Each must come out byte for byte the
+same.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +32,20 @@ from bridge import contract
 from bridge.actions import audit, hooks
 from bridge.actions.coordination.budget import Grant, Released
 from bridge.actions.engine import Actions
-from bridge.pipeline.events import schema, serialize, to_cloudevent
+from bridge.contract import encode
+from bridge.pipeline.events import parse, schema, serialize, to_cloudevent, to_event
+from bridge.pipeline.heartbeat import heartbeat_event
 from bridge.pipeline.in_force import InForce
 from bridge.pipeline.spool import Spool
-from bridge.pipeline.typed_events import encode, maintenance
+from bridge.pipeline.typed_events import maintenance
 from bridge.surface import status_api
-from tests.typed_samples import AT, FRACTION, NOTICES, actions_config
+from tests.factories import GCE_VM
+from tests.typed_samples import AT, AWS_VM, AZURE_VM, FRACTION, NOTICES, actions_config
 
 BEFORE: dict[str, Any] = json.loads(
-    (Path(__file__).parent / "fixtures" / "typed" / "before.json").read_text(encoding="utf-8")
+    (Path(__file__).parent / "fixtures" / "typed" / "golden.json").read_text(encoding="utf-8")
 )
-#: The events as the sidecar wrote them when the fixture was made: before the additive
-#: `traceparent` attribute (issue 35), as events spooled by an older version still are.
-EVENTS = [
-    msgspec.structs.replace(
-        contract.from_cloudevent(serialize(to_cloudevent(notice))), traceparent=None
-    )
-    for notice in NOTICES
-]
+EVENTS = [contract.from_cloudevent(encode(to_event(notice))) for notice in NOTICES]
 CONFIG = actions_config()
 
 GRANTS = (
@@ -79,6 +83,81 @@ def _audit_events() -> list[contract.Event]:
         )
         built.append(audit.budget_released(trigger, released.as_data(), AT))
     return built
+
+
+def _heartbeats() -> list[contract.Event]:
+    """A heartbeat of each provider's VM (of version 0.2.0: the build's own names a commit)."""
+    built = []
+    for n, vm in enumerate((GCE_VM, AZURE_VM, AWS_VM)):
+        event = heartbeat_event(
+            vm,
+            sequence=n,
+            started_at=FRACTION,
+            interval=60.0,
+            watcher_healthy=bool(n % 2),
+            spool_depth=n,
+            at=AT,
+        )
+        data = msgspec.structs.replace(event.data, agent_version="0.2.0")
+        built.append(msgspec.structs.replace(event, data=data))
+    return built
+
+
+def test_maintenance_events_keep_their_bytes() -> None:
+    assert [encode(to_event(notice)).decode() for notice in NOTICES] == BEFORE["events"]
+
+
+def test_heartbeats_keep_their_bytes() -> None:
+    assert [encode(event).decode() for event in _heartbeats()] == BEFORE["heartbeats"]
+
+
+def test_every_writer_of_an_event_writes_the_encoders_bytes() -> None:
+    """One JSON form everywhere: a hook's stdin, the SDK object a sink is handed (read back
+    from the spooled bytes, or built by `to_cloudevent`) and the status API's array all carry
+    `contract.encode`'s bytes."""
+    for event in [*EVENTS, *_audit_events(), *_heartbeats()]:
+        body = encode(event)
+        assert hooks.stdin_body(event) == body + b"\n"
+        assert serialize(parse(body)) == body
+        assert json.loads(serialize(parse(body))) == contract.to_dict(event)
+    for notice, event in zip(NOTICES, EVENTS, strict=True):
+        assert serialize(to_cloudevent(notice)) == encode(event)
+    assert status_api.notices_body(EVENTS) == b"[" + b",".join(map(encode, EVENTS)) + b"]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "interval"),
+    [
+        ("plain", 60.0),
+        ('é✓ \U0001f600 \\xe9 \\\\U0001f600 \\" \\\\" "é\\', 1e-7),
+        ("del \x7f", 1e-7),
+        ("small", 1e-7),
+        ("big", 1e16),
+        ("x:1e", 2.5),
+    ],
+)
+def test_the_encoder_writes_compact_json_escaped_as_the_standard_library_does(
+    text: str, interval: float
+) -> None:
+    """Non-ASCII and DEL escaped as `json.dumps` does (backslashes and quotes in the text
+    stay what they were), `time` in UTC, whatever the content; a float's exponent as msgspec
+    writes it (`1e-7`) unless the event has such characters (then `1e-07`, the standard
+    library's). The SDK object a sink is handed is written to the same bytes."""
+    event = msgspec.structs.replace(
+        _heartbeats()[0], subject=text, time=FRACTION.astimezone(timezone(timedelta(hours=2)))
+    )
+    event = msgspec.structs.replace(
+        event, data=msgspec.structs.replace(event.data, interval_seconds=interval)
+    )
+    body = encode(event)
+    expected = json.dumps(
+        {**contract.to_dict(event), "time": "2026-11-21T12:01:30.250000Z"}, separators=(",", ":")
+    )
+    if text.isascii() and "\x7f" not in text:
+        expected = expected.replace("1e-07", "1e-7").replace("1e+16", "1e16")
+    assert body.decode() == expected
+    assert contract.from_cloudevent(body) == msgspec.structs.replace(event, time=FRACTION)
+    assert serialize(parse(body)) == body
 
 
 def test_a_hook_reads_the_same_bytes_on_stdin() -> None:
@@ -173,14 +252,54 @@ async def test_a_planned_action_that_does_not_read_back_is_logged_not_a_crash_at
 
 
 def test_a_traceparent_reaches_a_hook_and_the_status_api_after_dataschema() -> None:
-    """Events written now carry the CloudEvents distributed-tracing extension; a hook's stdin
-    and the status API show it where the writer put it, the rest unchanged."""
-    traced = [contract.from_cloudevent(serialize(to_cloudevent(notice))) for notice in NOTICES]
-    for event, before in zip(traced, EVENTS, strict=True):
+    """Events written now (maintenance, audit, heartbeat) carry the CloudEvents
+    distributed-tracing extension right after `dataschema`; an event written before it (no
+    traceparent) is written without the attribute (not as null), the rest byte for byte the
+    same."""
+    for event in [*EVENTS, *_audit_events(), *_heartbeats()]:
         assert event.traceparent is not None
         written = json.loads(hooks.stdin_body(event))
         assert list(written)[list(written).index("dataschema") + 1] == "traceparent"
         assert written.pop("traceparent") == event.traceparent
-        assert written == json.loads(hooks.stdin_body(before))
-    (first, *_) = json.loads(status_api.notices_body(traced[:1]))
-    assert first["traceparent"] == traced[0].traceparent
+        older = msgspec.structs.replace(event, traceparent=None)
+        assert written == json.loads(hooks.stdin_body(older))
+        added = f',"traceparent":"{event.traceparent}"'.encode()
+        assert encode(older) == encode(event).replace(added, b"")
+        assert contract.from_cloudevent(encode(older)) == older
+    (first, *_) = json.loads(status_api.notices_body(EVENTS[:1]))
+    assert first["traceparent"] == EVENTS[0].traceparent
+
+
+def test_audit_events_and_heartbeats_carry_the_trace_of_what_they_are_about() -> None:
+    """An audit event joins the trace of the maintenance it answers (the trace id its
+    notice's events carry), with a span of its own; the heartbeats of one sidecar process
+    share a trace, another process has another."""
+    trace_of = {
+        (e.source, maintenance(e).notice_id): str(e.traceparent).split("-")[1] for e in EVENTS
+    }
+    spans = set()
+    for event in _audit_events():
+        assert isinstance(event.data, contract.TriggerData)
+        version, trace, span, flags = str(event.traceparent).split("-")
+        assert (version, flags) == ("00", "01")
+        assert trace == trace_of[(event.source, event.data.notice_id)]
+        spans.add(span)
+    assert len(spans) == len({event.id for event in _audit_events()})
+    beats = [
+        heartbeat_event(
+            GCE_VM,
+            sequence=n,
+            started_at=started,
+            interval=60.0,
+            watcher_healthy=True,
+            spool_depth=0,
+            at=AT,
+        )
+        for started in (FRACTION, AT)
+        for n in range(2)
+    ]
+    traces = [str(beat.traceparent).split("-")[1] for beat in beats]
+    assert traces[0] == traces[1] != traces[2] == traces[3]
+    assert len({str(beat.traceparent).split("-")[2] for beat in beats}) == 4
+    for event in [*_audit_events(), *beats]:
+        jsonschema.validate(json.loads(encode(event)), schema())

@@ -10,8 +10,7 @@ the notices: durably, at least once, to every sink.
 They are built as typed values of the contract (`contract.ApprovedData`,
 `contract.HookCompletedData`, `contract.BudgetReleasedData`, with `contract.BudgetData` and
 `contract.HeldSlotData` from the budget), so they match schema v1 by construction; the spool
-gets their bytes from `bridge.pipeline.typed_events.encode`, which writes them exactly as they
-always were (tests/test_typed_bytes.py).
+gets their bytes from `bridge.contract.encode`, as every event's (tests/test_typed_bytes.py).
 """
 
 from __future__ import annotations
@@ -21,13 +20,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal, TypedDict
 
-import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge import contract
 from bridge.infra.encoding import parse
+from bridge.pipeline.events import instance_data, maintenance_trace, trace_context
 from bridge.pipeline.model import Instance
-from bridge.pipeline.typed_events import encode, maintenance
+from bridge.pipeline.typed_events import maintenance
 
 HOOK_COMPLETED: Final = contract.HOOK_COMPLETED
 APPROVED: Final = contract.APPROVED
@@ -124,13 +123,15 @@ class HookOutcome:
 def _event(
     trigger: Trigger, type_: str, id_: str, at: datetime, data: contract.EventData
 ) -> contract.Event:
-    """An audit event about `trigger`'s notice: the VM's source, the notice id as subject."""
+    """An audit event about `trigger`'s notice: the VM's source, the notice id as subject, in
+    the maintenance's trace (the trace id its notice's events carry)."""
     return contract.Event(
         id=id_,
         source=trigger.source,
         type=type_,
         subject=trigger.notice_id,
         time=at.astimezone(UTC),
+        traceparent=trace_context(maintenance_trace(trigger.source, trigger.notice_id), id_),
         data=data,
     )
 
@@ -219,20 +220,22 @@ def test_event(
     goes straight to a sink (`doctor --send-test-event`), not through the spool.
     """
     sent_at = (at or datetime.now(UTC)).astimezone(UTC)
+    id_ = _audit_id(instance.source, TEST, message, contract.rfc3339(sent_at))
     typed = contract.Event(
-        id=_audit_id(instance.source, TEST, message, contract.rfc3339(sent_at)),
+        id=id_,
         source=instance.source,
         type=TEST,
         subject=instance.name,
         time=sent_at,
+        traceparent=trace_context(id_, id_),  # a trace of its own
         data=contract.TestData(
             provider=instance.provider.value,
-            instance=msgspec.convert(instance.as_data(), contract.InstanceData),
+            instance=instance_data(instance),
             message=message,
             sent_at=sent_at,
         ),
     )
-    return parse(encode(typed))
+    return parse(contract.encode(typed))
 
 
 test_event.__test__ = False  # type: ignore[attr-defined]  # pytest must not collect it

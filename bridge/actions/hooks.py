@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
@@ -32,7 +31,7 @@ from bridge import contract
 from bridge.actions.audit import OUTPUT_TAIL_BYTES, HookOutcome
 from bridge.config import Hook
 from bridge.infra import platform
-from bridge.pipeline.typed_events import as_object, maintenance
+from bridge.pipeline.typed_events import maintenance
 
 log = logging.getLogger("bridge.hooks")
 
@@ -241,4 +240,4 @@ async def run(
 def stdin_body(event: contract.Event) -> bytes:
     """What a hook reads on stdin: the event as consumers see it, one JSON line (the
     attributes in the order the sidecar writes them; tests/test_typed_bytes.py pins it)."""
-    return json.dumps(as_object(event), separators=(",", ":")).encode() + b"\n"
+    return contract.encode(event) + b"\n"

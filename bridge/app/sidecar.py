@@ -103,7 +103,8 @@ async def serve(path: Path | None, stop: asyncio.Event) -> int:
 
 
 async def once(config: Config) -> int:
-    from bridge.pipeline.events import serialize, to_cloudevent
+    from bridge import contract
+    from bridge.pipeline.events import to_event
     from bridge.providers.detect import DetectionError, detect
     from bridge.runner import watcher_factory
 
@@ -114,7 +115,7 @@ async def once(config: Config) -> int:
         return EXIT_FAILURE
     watcher = watcher_factory(config, provider)(None)
     for notice in await watcher.snapshot():
-        sys.stdout.write(serialize(to_cloudevent(notice)).decode() + "\n")
+        sys.stdout.write(contract.encode(to_event(notice)).decode() + "\n")
     return EXIT_OK
 
 

@@ -1,11 +1,12 @@
 """Normalization: a `Notice` becomes a CloudEvent of the public contract, schema version 1.
 
-`to_cloudevent` is pure: the same notice always gives the same event, byte for byte, on any
-machine. The event id is a UUIDv5 of the source, the notice id, the status and the revision,
-so a transition announced again after a restart or by a second replica keeps its id and
-consumers can de-duplicate on `source` + `id`, while two different transitions never share
-one. Everything downstream (spool, sinks) handles the structured-JSON bytes this module
-writes, and reads them back with `parse`.
+`to_event` is pure: the same notice always gives the same event, byte for byte
+(`bridge.contract.encode`), on any machine. The event id is a UUIDv5 of the source, the
+notice id, the status and the revision, so a transition announced again after a restart or
+by a second replica keeps its id and consumers can de-duplicate on `source` + `id`, while
+two different transitions never share one. Everything downstream (spool, sinks) handles
+the structured-JSON bytes `contract.encode` writes for it, and reads them back with `parse`
+or `contract.from_cloudevent`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any, Final
 
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge import contract
+
 # The contract's constants, re-exported: the one definition lives in bridge/contract.py.
 from bridge.contract import CONTENT_TYPE as CONTENT_TYPE
 from bridge.contract import MAINTENANCE_TYPES
@@ -29,7 +32,7 @@ from bridge.contract import TYPE_PREFIX as TYPE_PREFIX
 from bridge.infra.encoding import as_dict as as_dict
 from bridge.infra.encoding import parse as parse
 from bridge.infra.encoding import serialize as serialize
-from bridge.pipeline.model import Notice, Window
+from bridge.pipeline.model import Instance, Notice, Window
 
 SCHEMA_FILE: Final = f"maintenance-event.v{SCHEMA_VERSION}.json"
 EVENT_TYPES: Final = MAINTENANCE_TYPES
@@ -48,77 +51,99 @@ def event_id(notice: Notice) -> str:
     return str(uuid.uuid5(_ID_NAMESPACE, key))
 
 
+def trace_context(trace: str, event_id: str) -> str:
+    """A CloudEvents distributed-tracing extension (W3C Trace Context `traceparent`): the
+    trace id is a UUIDv5 of `trace` (what the events of one trace share), the parent id is
+    derived from `event_id` (one span per event). Deterministic like the ids, so an event
+    written again carries the same one."""
+    trace_id = uuid.uuid5(_TRACE_NAMESPACE, trace).hex
+    span = uuid.uuid5(_TRACE_NAMESPACE, event_id).hex[:16]
+    return f"00-{trace_id}-{span}-01"  # version 00, sampled
+
+
+def maintenance_trace(source: str, notice_id: str) -> str:
+    """The trace of one maintenance of one VM: every transition of the notice and every
+    audit event about it (hook runs, approvals, budget slots) share its trace id, so one
+    maintenance can be followed from the metadata service to the fleet's audit log."""
+    return f"{source}\n{notice_id}"
+
+
 def traceparent(notice: Notice) -> str:
-    """The CloudEvents distributed-tracing extension (W3C Trace Context `traceparent`) of the
-    event announcing `notice`: one trace per maintenance (the trace id is a UUIDv5 of the
-    source and the notice id), one span per transition (the parent id is derived from the
-    event id). Deterministic like the id, so an event announced again carries the same one,
-    and every event of one maintenance, from the metadata service to the fleet's audit log,
-    shares one trace id."""
-    trace = uuid.uuid5(_TRACE_NAMESPACE, f"{notice.instance.source}\n{notice.notice_id}").hex
-    span = uuid.uuid5(_TRACE_NAMESPACE, event_id(notice)).hex[:16]
-    return f"00-{trace}-{span}-01"  # version 00, sampled
+    """The `traceparent` of the event announcing `notice`: the maintenance's trace, the
+    transition's span."""
+    return trace_context(
+        maintenance_trace(notice.instance.source, notice.notice_id), event_id(notice)
+    )
 
 
-def rfc3339(value: datetime | None) -> str | None:
-    """UTC RFC 3339 with a `Z`, second precision unless the source had fractions."""
-    if value is None:
-        return None
-    text = value.astimezone(UTC).isoformat()
-    return text.removesuffix("+00:00") + "Z"
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
 
 
-def _window(window: Window | None) -> dict[str, str | None] | None:
+def instance_data(instance: Instance) -> contract.InstanceData:
+    """The contract's `data.instance` of the VM (`account`, `instance_type` only when set)."""
+    return contract.InstanceData(
+        id=instance.id,
+        name=instance.name,
+        zone=instance.zone,
+        location=instance.location,
+        project=instance.project,
+        subscription=instance.subscription,
+        resource_group=instance.resource_group,
+        scale_set=instance.scale_set,
+        resource_id=instance.resource_id,
+        account=instance.account,
+        instance_type=instance.instance_type,
+    )
+
+
+def _window(window: Window | None) -> contract.WindowData | None:
     if window is None:
         return None
-    return {
-        "start": rfc3339(window.start),
-        "end": rfc3339(window.end),
-        "latest_start": rfc3339(window.latest_start),
-    }
+    return contract.WindowData(
+        start=_utc(window.start), end=_utc(window.end), latest_start=_utc(window.latest_start)
+    )
 
 
-def notice_data(notice: Notice) -> dict[str, Any]:
-    """The `data` object of schema version 1.
+def maintenance_data(notice: Notice) -> contract.MaintenanceData:
+    """The `data` of schema version 1 (`outcome_inferred` is written only when true)."""
+    return contract.MaintenanceData(
+        provider=notice.provider.value,
+        instance=instance_data(notice.instance),
+        kind=notice.kind.value,
+        status=notice.status.value,
+        notice_id=notice.notice_id,
+        not_before=_utc(notice.not_before),
+        not_before_estimated=notice.not_before_estimated,
+        window=_window(notice.window),
+        duration_seconds=notice.duration_seconds,
+        affected=list(notice.affected),
+        origin=notice.origin.value if notice.origin else None,
+        description=notice.description,
+        can_reschedule=notice.can_reschedule,
+        raw=notice.raw,
+        outcome_inferred=notice.outcome_inferred,
+    )
 
-    `outcome_inferred` came later (additively): written only when true, after `raw`, so
-    every other event keeps its bytes and a typed event writes it back in the same place.
-    """
-    data: dict[str, Any] = {
-        "provider": notice.provider.value,
-        "instance": notice.instance.as_data(),
-        "kind": notice.kind.value,
-        "status": notice.status.value,
-        "notice_id": notice.notice_id,
-        "not_before": rfc3339(notice.not_before),
-        "not_before_estimated": notice.not_before_estimated,
-        "window": _window(notice.window),
-        "duration_seconds": notice.duration_seconds,
-        "affected": list(notice.affected),
-        "origin": notice.origin.value if notice.origin else None,
-        "description": notice.description,
-        "can_reschedule": notice.can_reschedule,
-        "raw": notice.raw,
-    }
-    if notice.outcome_inferred:
-        data["outcome_inferred"] = True
-    return data
+
+def to_event(notice: Notice) -> contract.Event:
+    """The event that announces `notice` (pure; see the module docstring): what the spool
+    stores, as `contract.encode` writes it."""
+    return contract.Event(
+        id=event_id(notice),
+        source=notice.instance.source,
+        type=TYPE_PREFIX + notice.status.value,
+        subject=notice.instance.name,
+        time=notice.observed_at.astimezone(UTC),
+        traceparent=traceparent(notice),
+        data=maintenance_data(notice),
+    )
 
 
 def to_cloudevent(notice: Notice) -> CloudEvent:
-    """The CloudEvent that announces `notice` (pure; see the module docstring)."""
-    attributes: dict[str, Any] = {
-        "specversion": "1.0",
-        "id": event_id(notice),
-        "source": notice.instance.source,
-        "type": TYPE_PREFIX + notice.status.value,
-        "subject": notice.instance.name,
-        "time": notice.observed_at.astimezone(UTC),
-        "datacontenttype": CONTENT_TYPE,
-        "dataschema": SCHEMA_URI,
-        "traceparent": traceparent(notice),
-    }
-    return CloudEvent(attributes, notice_data(notice))
+    """`to_event` as the CloudEvents SDK's object, for code that hands events to a sink's
+    `publish` directly (the same bytes: `serialize` keeps the attribute order)."""
+    return parse(contract.encode(to_event(notice)))
 
 
 @cache

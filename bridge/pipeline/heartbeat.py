@@ -21,10 +21,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
-import msgspec
-
 from bridge import contract
 from bridge.infra.buildinfo import version
+from bridge.pipeline.events import instance_data, trace_context
 from bridge.pipeline.model import Instance
 from bridge.pipeline.spool import NewEvent, SpoolError
 
@@ -42,11 +41,6 @@ _HEARTBEAT_NAMESPACE: Final = uuid.UUID("5b2e9d47-1c6a-4f83-b0d2-7e4a9c3f1a68")
 _IDENTITY_POLL: Final = 0.2
 
 
-def _instance_data(instance: Instance) -> contract.InstanceData:
-    """The contract's `instance` object (keys the contract does not know are left out)."""
-    return msgspec.convert(instance.as_data(), contract.InstanceData)
-
-
 def heartbeat_event(
     instance: Instance,
     *,
@@ -57,17 +51,20 @@ def heartbeat_event(
     spool_depth: int,
     at: datetime,
 ) -> contract.Event:
-    """The `sequence`-th heartbeat of the sidecar process that started at `started_at`."""
+    """The `sequence`-th heartbeat of the sidecar process that started at `started_at`; the
+    heartbeats of one process share a trace (`traceparent`), one span each."""
     started = contract.rfc3339(started_at)
+    id_ = str(uuid.uuid5(_HEARTBEAT_NAMESPACE, f"{instance.source}\n{started}\n{sequence}"))
     return contract.Event(
-        id=str(uuid.uuid5(_HEARTBEAT_NAMESPACE, f"{instance.source}\n{started}\n{sequence}")),
+        id=id_,
         source=instance.source,
         type=contract.HEARTBEAT,
         subject=instance.name,
         time=at.astimezone(UTC),
+        traceparent=trace_context(f"{instance.source}\n{started}", id_),
         data=contract.HeartbeatData(
             provider=instance.provider.value,
-            instance=_instance_data(instance),
+            instance=instance_data(instance),
             agent_version=version(),
             interval_seconds=interval,
             started_at=started_at.astimezone(UTC),

@@ -22,12 +22,26 @@ if TYPE_CHECKING:
     from bridge.pipeline.watchers.base import Watcher
 
 
-class Provider(abc.ABC):
-    """One cloud. Implementations import their watcher module lazily: detection loads every
-    provider, and a VM pays only for the watcher it runs."""
+class ProviderPlugin(abc.ABC):
+    """One cloud's plug-in (`bridge.pipeline.model.Provider` is the enum of their names).
+    Implementations import their watcher module lazily: detection loads every provider, and
+    a VM pays only for the watcher it runs."""
 
     #: The `provider` of its events (the contract's enum) and the `[source.<name>]` key.
     name: ClassVar[ProviderName]
+    #: Whether its Scheduled events can be approved early (Azure's StartRequests): the
+    #: `[approval]` rules apply to them, and its watcher's checkpoint is handed back with the
+    #: ids approved in any run under `approved` (an event that vanished after we approved it
+    #: ran, rather than was cancelled). Such a provider has an `approver`.
+    approves_events: ClassVar[bool] = False
+    #: Whether its instance ids and resource names compare without regard to case (Azure's
+    #: ARM ids: the managed identity token's `xms_mirid` and IMDS's `resourceId` differ in
+    #: case); the fleet's identity checks ask it (`same_id`).
+    ids_ignore_case: ClassVar[bool] = False
+
+    def same_id(self, a: str, b: str) -> bool:
+        """Whether `a` and `b` name the same instance or resource of this cloud."""
+        return a.lower() == b.lower() if self.ids_ignore_case else a == b
 
     @abc.abstractmethod
     def watcher(

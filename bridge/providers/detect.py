@@ -1,7 +1,7 @@
 """`provider = "auto"`: find out which metadata service this VM has.
 
 Every registered provider is probed at once with a short timeout, each by its own rule
-(`Provider.probe`: GCE counts only with `Metadata-Flavor: Google`, Azure only when
+(`ProviderPlugin.probe`: GCE counts only with `Metadata-Flavor: Google`, Azure only when
 `/metadata/instance` answers JSON with a `compute` section, AWS only when a token PUT and the
 instance identity document succeed). Anything else (a captive proxy, a laptop) is "none",
 with each probe's reason in the error so the user sees what to fix.

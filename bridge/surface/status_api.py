@@ -19,13 +19,12 @@ not block; it is listed under `upcoming` so the caller can see it coming.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
 from bridge import contract
-from bridge.pipeline.typed_events import as_object, maintenance
+from bridge.pipeline.typed_events import maintenance
 from bridge.surface.listener import Handler, Request, Response
 
 if TYPE_CHECKING:
@@ -92,8 +91,9 @@ def eligibility(
 
 
 def notices_body(events: Iterable[contract.Event]) -> bytes:
-    """`/v1/notices`: the events as the JSON array the sinks' consumers would see."""
-    return json.dumps([as_object(event) for event in events], indent=2).encode() + b"\n"
+    """`/v1/notices`: the events as the JSON array the sinks' consumers would see (each
+    event's bytes `contract.encode`'s, as in a webhook batch)."""
+    return b"[" + b",".join(contract.encode(event) for event in events) + b"]\n"
 
 
 def _current(observed: Observed) -> list[contract.Event]:

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from bridge import contract
 from bridge.actions import audit
 from bridge.fleet.store import Accepted, Batch
-from bridge.pipeline import typed_events
 from bridge.pipeline.events import serialize, to_cloudevent
 from bridge.pipeline.heartbeat import heartbeat_event
 from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status
@@ -82,13 +81,13 @@ def heartbeat(vm: Instance, at: datetime, interval: float = 60.0, sequence: int 
 def hook_run(scheduled: bytes, at: datetime) -> bytes:
     trigger = audit.Trigger.of(contract.from_cloudevent(scheduled))
     run = audit.HookOutcome("drain", "succeeded", 0, 1.5, "drained")
-    return typed_events.encode(audit.hook_completed(trigger, run, at))
+    return contract.encode(audit.hook_completed(trigger, run, at))
 
 
 def approval(scheduled: bytes, at: datetime) -> bytes:
     trigger = audit.Trigger.of(contract.from_cloudevent(scheduled))
     approved = audit.approved(trigger, approved_by="vm", rule="preset", leader="self", at=at)
-    return typed_events.encode(approved)
+    return contract.encode(approved)
 
 
 def batch(*bodies: bytes, ingest: str = "http", received: datetime | None = None) -> Batch:

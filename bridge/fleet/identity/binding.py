@@ -10,17 +10,23 @@ are compared case-insensitively (ARM ids are; the token's `xms_mirid` and IMDS's
 from __future__ import annotations
 
 from bridge import contract
+from bridge.providers import registry
 
 from .model import Attested
 
 
-def _same(provider: str, a: str, b: str) -> bool:
-    return a.lower() == b.lower() if provider == "azure" else a == b
+def same_id(provider: str, a: str, b: str) -> bool:
+    """Whether `a` and `b` name the same instance or resource of `provider`'s cloud (its
+    plug-in says: Azure's ids compare without regard to case)."""
+    plugin = registry.find(provider)
+    return plugin.same_id(a, b) if plugin is not None else a == b
 
 
 def mismatch(attested: Attested, event: contract.Event) -> str | None:
     """Why `event` is not about the attested instance, or None when it is."""
-    if attested.source is not None and not _same(attested.provider, event.source, attested.source):
+    if attested.source is not None and not same_id(
+        attested.provider, event.source, attested.source
+    ):
         return f"event source {event.source!r} is not the enrolled instance {attested.source!r}"
     provider = event.provider
     if provider is not None and provider != attested.provider:
@@ -32,7 +38,7 @@ def mismatch(attested: Attested, event: contract.Event) -> str | None:
         if (
             expected is not None
             and given is not None
-            and not _same(attested.provider, str(given), str(expected))
+            and not same_id(attested.provider, str(given), str(expected))
         ):
             return f"event instance {field} {given!r} is not the enrolled {expected!r}"
     return None

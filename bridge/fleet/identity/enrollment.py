@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Any, Final, Protocol
 
 from . import verify
+from .binding import same_id
 from .credential import Credentials, Issued
 from .model import AttestationError, Attested
 from .trust import TrustFiles
@@ -143,6 +144,4 @@ def _check_claim(attested: Attested, source: str) -> None:
 
 
 def _same_source(attested: Attested, source: str) -> bool:
-    if attested.provider == "azure":
-        return source.lower() == str(attested.source).lower()
-    return source == attested.source
+    return attested.source is not None and same_id(attested.provider, source, attested.source)

@@ -1,4 +1,4 @@
-"""Amazon EC2 as a `Provider`: the instance metadata service with IMDSv2 tokens."""
+"""Amazon EC2 as a `ProviderPlugin`: the instance metadata service with IMDSv2 tokens."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.infra.findings import Finding
 from bridge.providers.aws.settings import AwsSource
-from bridge.providers.base import Provider
+from bridge.providers.base import ProviderPlugin
 
 if TYPE_CHECKING:
     from bridge.config import Config, Source
@@ -18,7 +18,7 @@ def _settings(source: Source) -> AwsSource:
     return source.section("aws", AwsSource)
 
 
-class Aws(Provider):
+class Aws(ProviderPlugin):
     name: ClassVar[ProviderName] = "aws"
 
     def watcher(

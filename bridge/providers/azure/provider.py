@@ -1,4 +1,4 @@
-"""Azure as a `Provider`: Scheduled Events in the instance metadata service (IMDS)."""
+"""Azure as a `ProviderPlugin`: Scheduled Events in the instance metadata service (IMDS)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.pipeline.watchers.http import check_once, probe_once
 from bridge.providers.azure.settings import AzureSource
-from bridge.providers.base import Provider
+from bridge.providers.base import ProviderPlugin
 
 if TYPE_CHECKING:
     from bridge.config import Config, Source
@@ -20,8 +20,10 @@ def _settings(source: Source) -> AzureSource:
     return source.section("azure", AzureSource)
 
 
-class Azure(Provider):
+class Azure(ProviderPlugin):
     name: ClassVar[ProviderName] = "azure"
+    approves_events: ClassVar[bool] = True
+    ids_ignore_case: ClassVar[bool] = True
 
     def watcher(
         self, config: Config, checkpoint: dict[str, Any] | None, **client_options: Any

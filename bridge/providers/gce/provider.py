@@ -1,11 +1,11 @@
-"""Google Compute Engine as a `Provider`: the metadata server at 169.254.169.254."""
+"""Google Compute Engine as a `ProviderPlugin`: the metadata server at 169.254.169.254."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from bridge.pipeline.watchers.http import check_once, probe_once
-from bridge.providers.base import Provider
+from bridge.providers.base import ProviderPlugin
 from bridge.providers.gce.settings import GceSource
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ def _settings(source: Source) -> GceSource:
     return source.section("gce", GceSource)
 
 
-class Gce(Provider):
+class Gce(ProviderPlugin):
     name: ClassVar[ProviderName] = "gce"
 
     def watcher(
