@@ -434,7 +434,7 @@ async def eventhubs(url: str, store: str, bodies: list[bytes]) -> Figure:
     process), drained by the fleet service's `eventhubs` source."""
     from bridge.infra.validation import validate
     from bridge.pipeline.events import parse
-    from sinks.base import Ok
+    from bridge.sinkapi import Ok
     from sinks.eventhubs import Config as SinkConfig
     from sinks.eventhubs import create
     from tests.sinks.eventhub_server import EventHubServer

@@ -519,13 +519,14 @@ async def _once(config: Config) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    from bridge import sink_registry
     from bridge.compose import compose
     from bridge.infra import statelock
     from bridge.providers import registry as providers
     from bridge.simulator import Simulator
+    from bridge.sinkapi import Sink
     from bridge.surface.health import HealthMonitor
     from bridge.surface.routes import serving
-    from sinks.stdout import StdoutSink
 
     # Azure's advice is a poll a second; under --speed the scenario's seconds pass faster, so
     # the demo polls as often in scenario time (a `Started` of 5 s lasts 0.5 s at --speed 10),
@@ -557,7 +558,9 @@ async def _demo(args: argparse.Namespace) -> int:
                 closed.set()
                 stop.set()
 
-            sink = StdoutSink("stdout", pretty=args.pretty, on_closed=output_closed)
+            # Through the registry, as every sink: `bridge` names the sinks, never imports them.
+            stdout_sink = sink_registry.module_for("stdout").StdoutSink
+            sink: Sink = stdout_sink("stdout", pretty=args.pretty, on_closed=output_closed)
             bridge = compose(config, providers.names(), [sink])
             monitor = HealthMonitor()
             monitor.attach(bridge)

@@ -30,7 +30,7 @@ from cloudevents.core.bindings import amqp
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig
+from bridge.sinkapi import Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData, EventDataBatch

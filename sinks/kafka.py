@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import FieldError, Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig
+from bridge.sinkapi import FieldError, Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig
 from sinks.kafka_binding import Record, to_record
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import (
+from bridge.sinkapi import (
     FieldError,
     Health,
     Ok,

@@ -22,8 +22,8 @@ from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import as_dict
 from bridge.pipeline.spool import Spool
 from bridge.simulator import Simulator
+from bridge.sinkapi import Ok, Reject, Retry, Sink
 from sinks import kafka
-from sinks.base import Ok, Reject, Retry, Sink
 from sinks.kafka_binding import STRUCTURED_CONTENT_TYPE, to_structured_json
 from tests.factories import fleet_events, instance, per_source, sample_events
 from tests.sinks.contract import SinkContract, modules_loaded_by_validating

@@ -14,8 +14,8 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.pipeline.events import as_dict, parse
+from bridge.sinkapi import Ok
 from sinks import kafka
-from sinks.base import Ok
 from sinks.kafka_binding import (
     STRUCTURED_CONTENT_TYPE,
     BindingError,

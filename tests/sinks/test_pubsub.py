@@ -24,8 +24,8 @@ from bridge.infra.validation import validate
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import as_dict, parse, serialize
 from bridge.pipeline.spool import NewEvent, Spool
+from bridge.sinkapi import Ok, Reject, Retry, Sink
 from sinks import pubsub
-from sinks.base import Ok, Reject, Retry, Sink
 from tests.factories import fleet_events, instance, per_source, sample_events
 from tests.sinks.contract import SinkContract
 from tests.support import assert_valid
@@ -93,7 +93,7 @@ def test_config_defaults_and_topic_validation() -> None:
 def test_importing_the_sink_does_not_import_the_client_library() -> None:
     code = (
         "import sys\n"
-        "from sinks import registry\n"
+        "from bridge import sink_registry as registry\n"
         "model = registry.config_model('pubsub')\n"
         "from bridge.infra.validation import validate\n"
         "validate(model, {'type': 'pubsub', 'topic': 'projects/my-project/topics/maint'})\n"
