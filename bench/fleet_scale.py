@@ -64,7 +64,7 @@ from bench.stats import Summary, summarize
 from bridge import contract
 from bridge.fleet.service import build_store
 from bridge.fleet.store import Accepted, Batch
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 from tests.support import free_port
 
 #: The read credential of this run (`[[fleet.auth.credentials]]`), new each run.

@@ -61,7 +61,7 @@ from bridge.sinkapi import (
     parse,
     serialize,
 )
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 
 log = logging.getLogger("sinks.webhook")
 

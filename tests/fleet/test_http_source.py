@@ -17,7 +17,7 @@ from bridge.infra.validation import validate
 from bridge.pipeline.events import parse, serialize
 from bridge.pipeline.model import Status
 from bridge.sinkapi import Ok, Reject
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 from sinks.webhook import Config as WebhookConfig
 from sinks.webhook import WebhookSink
 from tests.fleet.conftest import OLD_SECRET, SECRET, FleetFactory

@@ -13,7 +13,8 @@ A small fleet needs no bus: point each sidecar's webhook sink at the fleet servi
   (and the connection closed, its body unread); a read credential is 403. The signature is
   then computed as the body streams in. Structured and batch mode sign `id.timestamp.body`
   (`v1,`); binary mode must sign the `ce-*` attributes too (`v1ce,`, see
-  `sinks._webhook_signing`), unless `binary_unsigned_attributes` takes old sidecars' `v1`.
+  `bridge.transports.webhook_signing`), unless `binary_unsigned_attributes` takes old
+  sidecars' `v1`.
   No secret and no token: unsigned posts, allowed only on a loopback listener (the
   configuration refuses anything else). Failed credentials count towards the address's
   429 (`bridge.fleet.auth.FailureLimiter`).
@@ -58,7 +59,7 @@ from bridge.fleet.identity.screen import screen
 from bridge.fleet.sources.base import Ingestor, SourceHealth, classify
 from bridge.fleet.store import Accepted, Refused, StoreError
 from bridge.infra.credential import HEADER as CREDENTIAL_HEADER
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 
 log = logging.getLogger("bridge.fleet.http")
 

@@ -1,7 +1,8 @@
-"""Request signatures of the webhook sink: Standard Webhooks and GitHub-style HMAC.
+"""Request signatures of the webhook sink: Standard Webhooks and GitHub-style HMAC, made by
+the sink and verified by the fleet's `http` source.
 
-Kept apart from the transport so the exact byte layout that receivers verify is in one
-small, pure module. Both schemes sign the *exact* body bytes that go on the wire: the caller
+Kept apart from both so the exact byte layout that receivers verify is in one small, pure
+module. Both schemes sign the *exact* body bytes that go on the wire: the caller
 serializes once and hands the same `bytes` object to the signer and to the HTTP client, so a
 re-serialization (key order, whitespace) can never make a valid event fail verification.
 

@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.sinkapi import parse, serialize
+from bridge.infra.encoding import parse, serialize
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=UTF-8"
 CONTENT_TYPE_HEADER: Final = "content-type"
