@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: dict[str, str] = {
     "bridge": "root",  # bridge/__init__.py: the version only
     "bridge.contract": "contract",
+    # The one eligibility rule, read from the contract by the status API and the fleet.
+    "bridge.eligibility": "eligibility",
     "bridge.infra": "infra",
     "bridge.schemas": "infra",
     "bridge.sinkapi": "sinkapi",
@@ -50,6 +52,7 @@ LAYERS: dict[str, str] = {
 ALLOWED: dict[str, set[str]] = {
     "root": set(),
     "contract": set(),
+    "eligibility": {"contract"},
     "infra": set(),
     "registry": {"contract"},
     "sinkapi": {"infra"},
@@ -63,12 +66,12 @@ ALLOWED: dict[str, set[str]] = {
     "runner": {"infra", "contract", "config", "pipeline", "providers", "actions", "sinkapi"},
     "surface": {
         *("infra", "contract", "config", "pipeline", "providers", "actions", "runner"),
-        "sinkapi",
+        *("sinkapi", "eligibility"),
     },
     "simulator": {"infra", "contract", "registry"},
     # The fleet reads what the sinks write through `transports`, never through a sink.
     "fleet": {"infra", "contract", "config", "transports", "surface", "runner", "pipeline"}
-    | {"simulator", "entry"},
+    | {"simulator", "entry", "eligibility"},
     "entry": {
         *("infra", "contract", "config", "pipeline", "providers", "actions", "runner"),
         *("surface", "simulator", "fleet", "sinkapi"),

@@ -24,6 +24,7 @@ from bridge import contract
 from bridge.actions import audit, hooks
 from bridge.actions.coordination.budget import Grant, Released
 from bridge.actions.engine import Actions
+from bridge.eligibility import eligibility
 from bridge.pipeline.events import schema, serialize, to_cloudevent
 from bridge.pipeline.in_force import InForce
 from bridge.pipeline.spool import Spool
@@ -128,9 +129,9 @@ def test_the_status_api_answers_as_before() -> None:
     assert json.loads(status_api.notices_body(current)) == before
     every = sorted(EVENTS[:5], key=lambda event: event.time)
     assert status_api.notices_body(every).decode() == BEFORE["notices"]
-    answers = [status_api.eligibility(every, AT, h)[1] for h in (0.0, 60.0, 3600.0, 1e9)]
+    answers = [eligibility(every, AT, h)[1] for h in (0.0, 60.0, 3600.0, 1e9)]
     assert json.loads(json.dumps(answers)) == [body for _ok, body in BEFORE["eligible"]]
-    assert [status_api.eligibility(every, AT, h)[0] for h in (0.0, 60.0, 3600.0, 1e9)] == [
+    assert [eligibility(every, AT, h)[0] for h in (0.0, 60.0, 3600.0, 1e9)] == [
         ok for ok, _body in BEFORE["eligible"]
     ]
 
