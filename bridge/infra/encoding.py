@@ -2,8 +2,8 @@
 
 What the spool stores and what every sink sends or reads back. It knows nothing of the
 maintenance contract (that is `bridge.contract` and `bridge.pipeline.events`), so the sink
-plug-ins (`sinks.api`) use it without importing the pipeline. The SDK's JSON format (and
-the date parser it pulls in) is imported at the first use, not with `sinks.api`: the
+plug-ins (`bridge.sinkapi`) use it without importing the pipeline. The SDK's JSON format (and
+the date parser it pulls in) is imported at the first use, not with `bridge.sinkapi`: the
 configuration imports that surface, and `--help` must stay fast.
 """
 
