@@ -43,7 +43,7 @@ from bench.procs import ROOT, Proc, spawn
 from bench.stats import Summary, summarize
 from bridge.pipeline.events import serialize, to_cloudevent
 from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 from sinks.webhook import BATCH_SIZE
 from tests.fleet.factories import azure_vm, gce_vm
 from tests.support import free_port

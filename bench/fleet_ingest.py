@@ -142,7 +142,7 @@ async def pubsub(url: str, store: str, bodies: list[bytes], emulator: Any) -> Fi
 async def kafka(url: str, store: str, bodies: list[bytes], cluster: Any) -> Figure:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from sinks.kafka_binding import CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE
+    from bridge.transports.kafka_binding import CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE
 
     topic = cluster.create_topic(partitions=KAFKA_PARTITIONS)
 

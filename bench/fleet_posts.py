@@ -33,7 +33,7 @@ import aiohttp
 
 from bench.fleet import SECRET, _transition, _vm
 from bridge.pipeline.model import Status
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 from tests.fleet.factories import T0
 from tests.support import free_port
 

@@ -64,7 +64,7 @@ from bench.stats import Summary, summarize
 from bridge import contract
 from bridge.fleet.service import build_store
 from bridge.fleet.store import Accepted, Batch
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 from tests.support import free_port
 
 #: The read credential of this run (`[[fleet.auth.credentials]]`), new each run.
@@ -434,7 +434,7 @@ async def eventhubs(url: str, store: str, bodies: list[bytes]) -> Figure:
     process), drained by the fleet service's `eventhubs` source."""
     from bridge.infra.validation import validate
     from bridge.pipeline.events import parse
-    from sinks.base import Ok
+    from bridge.sinkapi import Ok
     from sinks.eventhubs import Config as SinkConfig
     from sinks.eventhubs import create
     from tests.sinks.eventhub_server import EventHubServer

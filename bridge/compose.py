@@ -18,7 +18,7 @@ from bridge.config import Config
 from bridge.contract import ProviderName
 from bridge.pipeline.spool import Spool
 from bridge.runner import Bridge, WatcherFactory, build_sinks, watcher_factory
-from sinks.api import Sink
+from bridge.sinkapi import Sink
 
 
 def compose(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
+from bridge import sink_registry
 from bridge.actions.coordination.settings import Coordination
 from bridge.contract import ProviderName
 from bridge.infra import platform
@@ -27,8 +28,7 @@ from bridge.infra.validation import ConfigError as ConfigError
 from bridge.infra.validation import FieldError, render_path, validate_into
 from bridge.providers import registry as providers
 from bridge.providers.settings import ProviderSettings
-from sinks import registry
-from sinks.api import SinkConfig
+from bridge.sinkapi import SinkConfig
 
 CONFIG_ENV: Final = "MAINTENANCE_BRIDGE_CONFIG"
 ENV_PREFIX: Final = "MAINTENANCE_BRIDGE__"
@@ -309,12 +309,12 @@ def parse_config(raw: Mapping[str, Any], source: str = "configuration") -> Confi
             continue
         sink_type = entry.get("type")
         if not isinstance(sink_type, str):
-            known = ", ".join(registry.known_types())
+            known = ", ".join(sink_registry.known_types())
             problems.append(f"{render_path(at)}.type: required (one of: {known})")
             continue
         try:
-            model = registry.config_model(sink_type)
-        except registry.UnknownSinkTypeError as exc:
+            model = sink_registry.config_model(sink_type)
+        except sink_registry.UnknownSinkTypeError as exc:
             problems.append(f"{render_path(at)}.type: {exc}")
             continue
         sink = validate_into(problems, model, entry, at)

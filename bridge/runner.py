@@ -19,7 +19,7 @@ from typing import Any
 
 from tenacity import RetryCallState
 
-from bridge import __version__, contract
+from bridge import __version__, contract, sink_registry
 from bridge.actions.engine import Actions
 from bridge.config import Config
 from bridge.contract import ProviderName as ProviderName
@@ -39,8 +39,7 @@ from bridge.pipeline.spool_checks import SpoolChecks
 from bridge.pipeline.supervision import Supervision
 from bridge.pipeline.watchers.base import Update, Watcher
 from bridge.providers import registry as providers
-from sinks import registry
-from sinks.api import Sink
+from bridge.sinkapi import Sink
 
 log = logging.getLogger("bridge")
 
@@ -70,7 +69,7 @@ def watcher_factory(
 
 def build_sinks(config: Config) -> list[Sink]:
     return [
-        registry.create(sink_config, name)
+        sink_registry.create(sink_config, name)
         for sink_config, name in zip(config.sinks, config.sink_names(), strict=True)
     ]
 

@@ -1,51 +1,11 @@
-"""The sink plug-in surface: everything a sink (built-in or third-party) needs, from one place.
+"""The sink plug-in surface under its first name: `bridge.sinkapi`, re-exported unchanged.
 
-A sink module imports from here only: the `Sink` interface and the outcomes it reports
-(`Ok`, `Retry`, `Reject`, `Result`, `Health`; `Encoded`, an event as the spool holds it),
-the configuration base `SinkConfig` with the field types and errors its checks use
-(`Secret`, `HttpUrl`, `FieldError`, `ConfigError`) and `validate` (how the bridge builds a
-`Config`; a sink's tests call it too), and the wire format of the events it sends
-(`serialize`, `parse`, `as_dict`; `dumps` for a binary-mode body and `json_format` for the
-SDK's bindings, so that every sink writes the contract's one JSON form). The bridge in turn
-reaches sinks through here and `sinks.registry`, so neither side depends on the other's
-internals and there is no import cycle (tests/test_layers.py checks both).
+Third-party sinks written against `sinks.api` keep working; new code (the built-in sinks
+included) imports `bridge.sinkapi`, at the bridge's floor just above its infrastructure,
+beside the sink registry (`bridge.sink_registry`).
 """
 
 from __future__ import annotations
 
-from bridge.infra.encoding import as_dict, dumps, json_format, parse, serialize
-from bridge.infra.secrets import Secret
-from bridge.infra.validation import ConfigError, FieldError, HttpUrl, validate
-from sinks.base import (
-    Encoded,
-    Health,
-    Ok,
-    Reject,
-    Result,
-    Retry,
-    Sink,
-    SinkClosedError,
-    SinkConfig,
-)
-
-__all__ = [
-    "ConfigError",
-    "Encoded",
-    "FieldError",
-    "Health",
-    "HttpUrl",
-    "Ok",
-    "Reject",
-    "Result",
-    "Retry",
-    "Secret",
-    "Sink",
-    "SinkClosedError",
-    "SinkConfig",
-    "as_dict",
-    "dumps",
-    "json_format",
-    "parse",
-    "serialize",
-    "validate",
-]
+from bridge.sinkapi import *  # noqa: F403 (the whole surface, as `bridge.sinkapi.__all__` lists it)
+from bridge.sinkapi import __all__ as __all__

@@ -21,22 +21,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Callable, Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Final, Literal
 
 import msgspec
-from cloudevents.core.bindings import amqp
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig, json_format
+from bridge.sinkapi import Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig
+from bridge.transports.eventhubs import check_target, open_client, to_event_data
 
 if TYPE_CHECKING:
-    from azure.eventhub import EventData, EventDataBatch
+    from azure.eventhub import EventDataBatch
     from azure.eventhub.aio import EventHubProducerClient
     from azure.identity.aio import DefaultAzureCredential
-
-_FORMAT: Final = json_format()
 
 #: AMQP error conditions that no retry can fix: the hub, the namespace or our rights are wrong.
 PERMANENT_CONDITIONS: Final = frozenset(
@@ -53,7 +50,6 @@ PERMANENT_CONDITIONS: Final = frozenset(
         "argument-out-of-range",
     }
 )
-ClientT = TypeVar("ClientT")
 _CONDITION: Final = re.compile(r"(?:amqp|com\.microsoft):(?:link:)?([a-z-]+)")
 
 
@@ -70,83 +66,6 @@ class Config(SinkConfig, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         check_target(self.connection_string, self.fully_qualified_namespace, self.eventhub)
-
-
-def check_target(
-    connection_string: Secret | None, fully_qualified_namespace: str | None, eventhub: str | None
-) -> None:
-    """A hub is named by a connection string, or by a namespace and a hub (Azure AD); also
-    used by the fleet service's `eventhubs` source."""
-    if connection_string is not None:
-        if fully_qualified_namespace is not None:
-            raise ValueError(
-                "set either connection_string or fully_qualified_namespace + eventhub, not both"
-            )
-    elif not fully_qualified_namespace or not eventhub:
-        raise ValueError(
-            "set connection_string, or fully_qualified_namespace and eventhub "
-            "(Azure AD / managed identity)"
-        )
-
-
-def open_client(
-    client_class: Callable[..., ClientT],
-    connection_string: Secret | None,
-    fully_qualified_namespace: str | None,
-    eventhub: str | None,
-    transport: str,
-    **options: Any,
-) -> tuple[ClientT, DefaultAzureCredential | None]:
-    """A producer or consumer client (`client_class`) on the hub of a `check_target`-valid
-    configuration, with the credential to close after it (None with a connection string).
-    Also used by the fleet service's `eventhubs` source."""
-    from azure.eventhub import TransportType
-
-    options["transport_type"] = (
-        TransportType.AmqpOverWebsocket if transport == "websockets" else TransportType.Amqp
-    )
-    if connection_string is not None:
-        client: ClientT = client_class.from_connection_string(  # type: ignore[attr-defined]
-            connection_string.get_secret_value(), eventhub_name=eventhub, **options
-        )
-        return client, None
-    from azure.identity.aio import DefaultAzureCredential
-
-    assert fully_qualified_namespace
-    assert eventhub
-    credential = DefaultAzureCredential()
-    return client_class(fully_qualified_namespace, eventhub, credential, **options), credential
-
-
-def to_event_data(event: CloudEvent, mode: str) -> EventData:
-    """The AMQP message of `event` per the CloudEvents AMQP binding."""
-    from azure.eventhub import EventData
-
-    if mode == "structured":
-        message = amqp.to_structured(event, _FORMAT)
-    else:
-        message = amqp.to_binary(event, _FORMAT)
-    data = EventData(message.application_data)
-    content_type = message.properties.get(amqp.CONTENT_TYPE_PROPERTY)
-    if content_type is not None:
-        data.content_type = str(content_type)
-    data.message_id = event.get_id()
-    if message.application_properties:
-        properties: dict[str, Any] = dict(message.application_properties)
-        time = event.get_time()
-        if time is not None and "cloudEvents_time" in properties:
-            # The binding writes an int of milliseconds, which this SDK would encode as a
-            # 32-bit int (and fail). A datetime is sent as the native AMQP timestamp, which
-            # the binding reads back; sub-millisecond times keep the exact RFC 3339 string.
-            properties["cloudEvents_time"] = _amqp_time(time)
-        data.properties = dict(properties.items())
-    return data
-
-
-def _amqp_time(time: datetime) -> datetime | str:
-    if time.microsecond % 1000 == 0:
-        return time
-    return time.isoformat().replace("+00:00", "Z")
 
 
 def classify(exc: BaseException, what: str) -> Result:
@@ -207,10 +126,7 @@ class EventHubsSink(Sink):
         config = self._config
         client, self._credential = open_client(
             EventHubProducerClient,
-            config.connection_string,
-            config.fully_qualified_namespace,
-            config.eventhub,
-            config.transport,
+            config,
             retry_total=0,
             auth_timeout=max(1, round(config.timeout)),
         )

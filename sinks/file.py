@@ -15,7 +15,7 @@ from typing import Literal
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.infra import platform
-from sinks.api import Encoded, Ok, Result, Retry, Sink, SinkConfig, serialize
+from bridge.sinkapi import Encoded, Ok, Result, Retry, Sink, SinkConfig, serialize
 
 
 class Config(SinkConfig, frozen=True, kw_only=True):

@@ -12,7 +12,7 @@ from typing import Literal
 
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import Ok, Reject, Result, Retry, Sink, SinkConfig
+from bridge.sinkapi import Ok, Reject, Result, Retry, Sink, SinkConfig
 
 
 class Config(SinkConfig, frozen=True, kw_only=True):

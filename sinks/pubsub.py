@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import logging
 import re
 import threading
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import (
+from bridge.sinkapi import (
     FieldError,
     Health,
     Ok,
@@ -53,9 +52,13 @@ from sinks.api import (
     Retry,
     Sink,
     SinkConfig,
-    as_dict,
-    dumps,
     serialize,
+)
+from bridge.transports.pubsub import (
+    PUBSUB_SCOPE,
+    STRUCTURED_CONTENT_TYPE,
+    binary_attributes,
+    fits_attribute_limits,
 )
 
 if TYPE_CHECKING:
@@ -63,12 +66,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sinks.pubsub")
 
-STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=UTF-8"
 PUBLISHER_ROLE: Final = "roles/pubsub.publisher"
-PUBSUB_SCOPE: Final = "https://www.googleapis.com/auth/pubsub"
-MAX_ATTRIBUTES: Final = 100
-MAX_KEY_BYTES: Final = 256
-MAX_VALUE_BYTES: Final = 1024
 
 # Project ids: 6-30 chars (optionally domain-scoped, "example.com:proj"); topic names:
 # 3-255 chars from a restricted set, starting with a letter and not with "goog".
@@ -98,42 +96,6 @@ class Config(SinkConfig, frozen=True, kw_only=True):
                 "topic",
                 f"must look like projects/<project-id>/topics/<topic-name>, got {self.topic!r}",
             )
-
-
-def binary_attributes(event: CloudEvent) -> tuple[bytes, dict[str, str]]:
-    """Data and attributes of a binary-mode message (the JSON data, ``ce-*`` attributes).
-
-    Attribute values are the same strings the structured JSON carries (e.g. ``time`` as
-    RFC 3339), so both modes describe an event identically.
-    """
-    fields = as_dict(event)
-    if "data_base64" in fields:
-        import base64
-
-        data = base64.b64decode(fields.pop("data_base64"))
-    elif "data" in fields:
-        value = fields.pop("data")
-        data = value.encode() if isinstance(value, str) else dumps(value)
-    else:
-        data = b""
-    attributes: dict[str, str] = {}
-    for name, value in fields.items():
-        text = value if isinstance(value, str) else json.dumps(value)
-        key = "content-type" if name == "datacontenttype" else f"ce-{name}"
-        attributes[key] = text
-    return data, attributes
-
-
-def fits_attribute_limits(attributes: dict[str, str]) -> str | None:
-    """Why `attributes` break Pub/Sub's limits, or None when they fit."""
-    if len(attributes) > MAX_ATTRIBUTES:
-        return f"{len(attributes)} attributes (max {MAX_ATTRIBUTES})"
-    for key, value in attributes.items():
-        if len(key.encode()) > MAX_KEY_BYTES:
-            return f"attribute key {key[:40]!r}... longer than {MAX_KEY_BYTES} bytes"
-        if len(value.encode()) > MAX_VALUE_BYTES:
-            return f"attribute {key!r} longer than {MAX_VALUE_BYTES} bytes"
-    return None
 
 
 def encode(event: CloudEvent, mode: str) -> tuple[bytes, dict[str, str]]:

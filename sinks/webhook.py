@@ -46,8 +46,7 @@ from bridge.infra.buildinfo import user_agent
 from bridge.infra.credential import HEADER as CREDENTIAL_HEADER
 from bridge.infra.credential import CredentialSource, EnrollmentPending
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
-from sinks import _webhook_signing as signing
-from sinks.api import (
+from bridge.sinkapi import (
     Encoded,
     FieldError,
     Health,
@@ -63,6 +62,7 @@ from sinks.api import (
     parse,
     serialize,
 )
+from bridge.transports import webhook_signing as signing
 
 log = logging.getLogger("sinks.webhook")
 

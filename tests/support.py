@@ -30,7 +30,7 @@ from bridge.pipeline.events import EVENT_TYPES, as_dict, schema
 from bridge.providers.azure.simulated.group import AzureGroup
 from bridge.runner import Bridge, ProviderName
 from bridge.simulator import Simulator, SimulatorThread
-from sinks.base import Result
+from bridge.sinkapi import Result
 from sinks.memory import MemorySink
 
 REPOSITORY = Path(__file__).resolve().parent.parent

@@ -318,7 +318,7 @@ async def test_spool_list_replay_purge(tmp_path: Path) -> None:
     from bridge.pipeline.dispatch import Dispatcher
     from bridge.pipeline.events import serialize
     from bridge.pipeline.spool import NewEvent, Spool
-    from sinks.base import Reject
+    from bridge.sinkapi import Reject
     from sinks.memory import MemorySink
     from tests.factories import sample_events
 

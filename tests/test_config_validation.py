@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
+from bridge import sink_registry as registry
 from bridge.config import ConfigError, apply_env_overrides, parse_config
 from bridge.infra.secrets import Secret
 from bridge.infra.validation import validate
 from bridge.providers.azure.settings import AzureSource
-from sinks import eventhubs, registry, webhook
-from sinks.base import Ok
+from bridge.sinkapi import Ok
+from sinks import eventhubs, webhook
 from tests.factories import sample_events
 
 

@@ -15,7 +15,7 @@ from cloudevents.core.v1.event import CloudEvent
 from bridge.pipeline.dispatch import READ_AHEAD, Dispatcher
 from bridge.pipeline.events import serialize
 from bridge.pipeline.spool import DB_NAME, NewEvent, Spool, Spooled
-from sinks.base import Reject, Result, Retry
+from bridge.sinkapi import Reject, Result, Retry
 from sinks.memory import MemorySink
 from tests.factories import instance, sample_events
 from tests.support import eventually

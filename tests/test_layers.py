@@ -4,8 +4,9 @@ Every `import` and `from ... import` in `bridge/` and `sinks/` is read with `ast
 lazy ones inside functions (they are real dependencies, only deferred); imports under
 `if TYPE_CHECKING:` are left out (annotations only, no run-time edge). Each module belongs to
 one layer, and a layer may import only the layers listed for it: the flow goes one way, from
-the entry points down to the infrastructure, and `bridge` and `sinks` meet at `sinks.api` and
-`sinks.registry` only.
+the entry points down to the infrastructure. `sinks` import `bridge` (the plug-in surface
+`bridge.sinkapi`, `bridge.transports`, the infra), never the other way round: the registry
+loads the sinks by module name.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: dict[str, str] = {
     "bridge": "root",  # bridge/__init__.py: the version only
     "bridge.contract": "contract",
+    # The one eligibility rule, read from the contract by the status API and the fleet.
+    "bridge.eligibility": "eligibility",
     "bridge.infra": "infra",
     "bridge.schemas": "infra",
+    "bridge.sinkapi": "sinkapi",
+    "bridge.sink_registry": "sinkapi",
+    "bridge.transports": "transports",
     "sinks": "sinks",
-    "sinks.api": "sinks-api",
-    "sinks.registry": "sinks-api",
     "bridge.config": "config",
     "bridge.pipeline": "pipeline",
     "bridge.providers": "providers",
@@ -50,27 +54,30 @@ LAYERS: dict[str, str] = {
 ALLOWED: dict[str, set[str]] = {
     "root": set(),
     "contract": set(),
+    "eligibility": {"contract"},
     "infra": set(),
     "registry": {"contract"},
-    "sinks-api": {"infra", "sinks"},
-    "sinks": {"infra", "sinks-api"},
-    "config": {"infra", "contract", "sinks-api", "registry"},
-    "pipeline": {"infra", "contract", "config", "sinks-api"},
+    "sinkapi": {"infra"},
+    # A Kafka connection's keys are a sink's configuration (`SinkConfig`) for both sides.
+    "transports": {"infra", "contract", "sinkapi"},
+    "sinks": {"infra", "sinkapi", "transports"},
+    "config": {"infra", "contract", "sinkapi", "registry"},
+    "pipeline": {"infra", "contract", "config", "sinkapi"},
     "providers": {"infra", "contract", "config", "pipeline"},
     "actions": {"infra", "contract", "config", "pipeline", "providers"},
-    "runner": {"infra", "contract", "config", "pipeline", "providers", "actions", "sinks-api"},
+    "runner": {"infra", "contract", "config", "pipeline", "providers", "actions", "sinkapi"},
     "surface": {
         *("infra", "contract", "config", "pipeline", "providers", "actions", "runner"),
-        "sinks-api",
+        *("sinkapi", "eligibility"),
     },
     "simulator": {"infra", "contract", "registry"},
-    # The fleet service verifies webhook signatures with the webhook sink's own code.
+    # The fleet reads what the sinks write through `transports`, never through a sink.
     # Logic only: never a program, so never `app` or the entry points.
-    "fleet": {"infra", "contract", "config", "sinks", "surface", "pipeline"},
-    # The programs: each command from start to exit (the demo prints with the stdout sink).
+    "fleet": {"infra", "contract", "config", "transports", "surface", "pipeline", "eligibility"},
+    # The programs: each command from start to exit.
     "app": {
         *("infra", "contract", "config", "pipeline", "providers", "actions", "runner"),
-        *("surface", "simulator", "fleet", "sinks-api", "sinks"),
+        *("surface", "simulator", "fleet", "sinkapi"),
     },
     # The command line: parses the arguments and calls the program in `app`.
     "entry": {"infra", "config", "pipeline", "actions", "surface", "app"},
@@ -184,7 +191,9 @@ def test_the_rule_sees_what_it_forbids() -> None:
         ("bridge.providers.registry", "registry"),
         ("bridge.providers.aws.simulated.http", "simulator"),
         ("sinks.webhook", "sinks"),
-        ("sinks.api", "sinks-api"),
+        ("sinks.api", "sinks"),
+        ("bridge.sink_registry", "sinkapi"),
+        ("bridge.transports.kafka_binding", "transports"),
         ("bridge.infra.platform.posix", "infra"),
         ("bridge.app.fleet", "app"),
         ("bridge.simulator.__main__", "entry"),
@@ -194,16 +203,17 @@ def test_a_module_belongs_to_the_layer_of_its_longest_prefix(module: str, layer:
     assert layer_of(module) == layer
 
 
-def test_sinks_reach_the_bridge_only_through_the_plugin_surface_and_the_infra() -> None:
-    """A sink plug-in imports `sinks.api` (and may use the shared infrastructure); the
-    pipeline, actions and surface are not its business. So `bridge` and `sinks` have no
-    import cycle: `sinks` needs only `bridge.infra`, which imports nothing of either."""
+def test_sinks_import_the_bridge_and_the_bridge_never_imports_a_sink() -> None:
+    """A sink plug-in imports `bridge.sinkapi` and `bridge.transports` (and may use the
+    shared infrastructure); the pipeline, actions and surface are not its business. No module
+    of `bridge` imports `sinks`: the sink registry names the built-in sinks as module strings.
+    So `bridge` and `sinks` have no import cycle, whatever a sink imports of those floors."""
     for module, source in _sources():
-        if module.startswith("bridge.infra"):
-            assert not [t for _, t in imports(source) if t.startswith("sinks")], module
+        if module.startswith("bridge"):
+            assert not [t for _, t in imports(source) if t.split(".")[0] == "sinks"], module
         if module.startswith("sinks"):
             bridge_side = {layer_of(t) for _, t in imports(source) if t.startswith("bridge.")}
-            assert bridge_side <= {"infra"}, (module, bridge_side)
+            assert bridge_side <= {"infra", "sinkapi", "transports"}, (module, bridge_side)
 
 
 def test_the_contract_reads_events_without_the_sidecars_dependencies() -> None:

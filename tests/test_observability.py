@@ -22,10 +22,10 @@ from bridge.actions.audit import APPROVED
 from bridge.config import Listener as ListenerSettings
 from bridge.runner import ProviderName
 from bridge.simulator import Simulator
+from bridge.sinkapi import Health
 from bridge.surface.health import HealthMonitor
 from bridge.surface.listener import Listener
 from bridge.surface.routes import serving
-from sinks.base import Health
 from tests.support import CheckedSink, Running, eventually, running_bridge
 
 
@@ -169,7 +169,7 @@ async def test_readyz_fails_while_the_metadata_server_is_down_and_recovers(
 async def test_readyz_reports_an_unhealthy_sink_and_a_failing_delivery(
     gce_sim: Simulator, tmp_path: Path
 ) -> None:
-    from sinks.base import Retry
+    from bridge.sinkapi import Retry
 
     sink = SwitchableSink("memory")
     async with observed(gce_sim, tmp_path, sink) as (running, client):

@@ -70,7 +70,7 @@ async def test_azure_event_that_ran_while_down_is_completed_not_cancelled(
 async def test_undelivered_events_are_delivered_after_restart(
     gce_sim: Simulator, tmp_path: Path
 ) -> None:
-    from sinks.base import Retry
+    from bridge.sinkapi import Retry
 
     down = CheckedSink("memory")
     down.fail_next(*[Retry("receiver down")] * 10_000)

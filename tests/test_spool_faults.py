@@ -23,8 +23,8 @@ from bridge.pipeline.watchers.base import Update
 from bridge.providers.gce import watcher as gce
 from bridge.runner import Bridge
 from bridge.simulator import Simulator
+from bridge.sinkapi import Reject, Result
 from bridge.surface.health import HealthMonitor
-from sinks.base import Reject, Result
 from tests.support import (
     CheckedSink,
     bridge_config,

@@ -14,6 +14,7 @@ import httpx
 from bridge import contract
 from bridge.config import Listener as ListenerSettings
 from bridge.contract import from_cloudevent
+from bridge.eligibility import eligibility
 from bridge.pipeline.events import serialize, to_cloudevent
 from bridge.pipeline.model import Kind, Notice, Status
 from bridge.pipeline.typed_events import maintenance
@@ -21,7 +22,6 @@ from bridge.runner import Bridge, ProviderName
 from bridge.simulator import Simulator
 from bridge.surface.health import HealthMonitor
 from bridge.surface.routes import serving
-from bridge.surface.status_api import eligibility
 from tests.factories import GCE_VM
 from tests.support import CheckedSink, eventually, running_bridge
 

@@ -33,6 +33,7 @@ from bridge.actions import audit, hooks
 from bridge.actions.coordination.budget import Grant, Released
 from bridge.actions.engine import Actions
 from bridge.contract import encode
+from bridge.eligibility import eligibility
 from bridge.pipeline.events import parse, schema, serialize, to_cloudevent, to_event
 from bridge.pipeline.heartbeat import heartbeat_event
 from bridge.pipeline.in_force import InForce
@@ -207,9 +208,9 @@ def test_the_status_api_answers_as_before() -> None:
     assert json.loads(status_api.notices_body(current)) == before
     every = sorted(EVENTS[:5], key=lambda event: event.time)
     assert status_api.notices_body(every).decode() == BEFORE["notices"]
-    answers = [status_api.eligibility(every, AT, h)[1] for h in (0.0, 60.0, 3600.0, 1e9)]
+    answers = [eligibility(every, AT, h)[1] for h in (0.0, 60.0, 3600.0, 1e9)]
     assert json.loads(json.dumps(answers)) == [body for _ok, body in BEFORE["eligible"]]
-    assert [status_api.eligibility(every, AT, h)[0] for h in (0.0, 60.0, 3600.0, 1e9)] == [
+    assert [eligibility(every, AT, h)[0] for h in (0.0, 60.0, 3600.0, 1e9)] == [
         ok for ok, _body in BEFORE["eligible"]
     ]
 

@@ -16,16 +16,21 @@ from bridge.config import parse_config
 from bridge.infra import stdout
 
 if TYPE_CHECKING:
-    from sinks.api import Sink
+    from bridge.sinkapi import Sink
 
 log = logging.getLogger("bridge")
 
 
 def stdout_sink(pretty: bool, on_closed: Callable[[], None]) -> Sink:
-    """The demo's one sink: every event on stdout (`on_closed`: nobody reads any more)."""
-    from sinks.stdout import StdoutSink
+    """The demo's one sink: every event on stdout (`on_closed`: nobody reads any more).
 
-    return StdoutSink("stdout", pretty=pretty, on_closed=on_closed)
+    Through the registry, as every sink: `bridge` names the sinks, never imports them."""
+    from bridge import sink_registry
+
+    made: Sink = sink_registry.module_for("stdout").StdoutSink(
+        "stdout", pretty=pretty, on_closed=on_closed
+    )
+    return made
 
 
 async def main(args: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ import msgspec
 
 from bridge.infra.secrets import Secret
 from bridge.infra.validation import FieldError
-from sinks.eventhubs import check_target
+from bridge.transports.eventhubs import check_target
 
 _SUBSCRIPTION: Final = re.compile(r"^projects/[^/\s]+/subscriptions/[^/\s]+$")
 

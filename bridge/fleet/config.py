@@ -50,7 +50,7 @@ from bridge.infra import tls
 from bridge.infra.secrets import Secret
 from bridge.infra.tracing import TracingSettings
 from bridge.infra.validation import ConfigError, FieldError, render_path, validate_into
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 
 ENV_PREFIX: Final = "MAINTENANCE_BRIDGE__FLEET__"
 DEFAULT_PORT: Final = 8470

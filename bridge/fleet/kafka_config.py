@@ -11,11 +11,11 @@ group_id = "maintenance-fleet"
 
 The connection keys (brokers, topic, `preset = "eventhubs" | "confluent-cloud"`, SASL, TLS,
 secrets as literal, `env:VAR` or `file:PATH`, `options`) are the Kafka sink's: this Struct
-extends `sinks.kafka.Connection`, so the sink's checks, presets and librdkafka security
-settings (`sinks.kafka.connection_settings`) are the ones that apply, written once. Only the
-consumer's own keys are declared here: `group_id`, `start`, and the batching and backoff
-every bus source takes (`bridge.fleet.bus_config._BusSource`, which a Struct with fields of
-its own cannot also inherit).
+extends `bridge.transports.kafka_connection.Connection`, as the sink's configuration does,
+so the same checks, presets and librdkafka security settings (`connection_settings`) apply
+to both, written once. Only the consumer's own keys are declared here: `group_id`, `start`,
+and the batching and backoff every bus source takes (`bridge.fleet.bus_config._BusSource`,
+which a Struct with fields of its own cannot also inherit).
 
 A plain Struct, no SDK: confluent-kafka is imported when the service starts the source.
 """
@@ -28,7 +28,7 @@ import msgspec
 
 from bridge.fleet.bus_config import _BusSource
 from bridge.infra.validation import FieldError
-from sinks.kafka import Connection, connection_settings
+from bridge.transports.kafka_connection import Connection, connection_settings
 
 #: librdkafka settings the source owns: offsets are committed only after the store commit.
 CONSUMER_OPTIONS: Final = frozenset(

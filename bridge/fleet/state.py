@@ -10,8 +10,8 @@
   `retired` once retention marked it (not heard from for `retire_after_days`).
 - A zone is named so that it is unique across the fleet (`zone_of`): an Azure zone is a
   number within its region, so the fleet writes it `<location>-<zone>`.
-- Eligibility is the sidecar's own rule (`bridge.surface.status_api.eligibility`) applied to the
-  instance's notices in force, plus: an unknown, silent or retired instance is never eligible.
+- Eligibility is the sidecar's own rule (`bridge.eligibility`) applied to the instance's
+  notices in force, plus: an unknown, silent or retired instance is never eligible.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from bridge import contract
 
 # The one naming of zones, shared with the sidecar's budget (`[coordination] zone_naming`).
 from bridge.contract import zone_of as zone_of
-from bridge.surface.status_api import eligibility
+from bridge.eligibility import eligibility
 
 RANK: Final = {"scheduled": 0, "started": 1, "completed": 2, "cancelled": 2}
 FINISHED_RANK: Final = 2

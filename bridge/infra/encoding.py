@@ -8,9 +8,9 @@ needs its attributes (binary mode, Kafka, Pub/Sub, Event Hubs). It writes the co
 JSON form (the standard library's compact JSON, non-ASCII escaped) and keeps the attribute
 order it was given, so an event read back from `contract.encode`'s bytes is written to the
 same bytes (tests/test_typed_bytes.py checks it). It knows nothing of the maintenance
-contract, so the sink plug-ins (`sinks.api`) use it without importing the pipeline. The SDK's
+contract, so the sink plug-ins (`bridge.sinkapi`) use it without importing the pipeline. The SDK's
 JSON format (and the date parser it pulls in) is imported at the first use, not with
-`sinks.api`: the configuration imports that surface, and `--help` must stay fast.
+`bridge.sinkapi`: the configuration imports that surface, and `--help` must stay fast.
 """
 
 from __future__ import annotations

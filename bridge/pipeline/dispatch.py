@@ -41,7 +41,7 @@ from bridge.infra import tracing
 from bridge.infra.backoff import forever, retry_logger, retry_until_done
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.spool import Spool, Spooled, SpoolError
-from sinks.api import Ok, Reject, Result, Retry, Sink
+from bridge.sinkapi import Ok, Reject, Result, Retry, Sink
 
 log = logging.getLogger("bridge.dispatch")
 

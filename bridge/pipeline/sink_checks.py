@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from bridge.infra.observe import Check
 from bridge.infra.prometheus import PREFIX, Exposition
 from bridge.pipeline.dispatch import SinkStats
-from sinks.api import Health, Sink
+from bridge.sinkapi import Health, Sink
 
 log = logging.getLogger("bridge.health")
 

@@ -3,10 +3,10 @@
 Each name maps to the provider's package (`bridge/providers/<name>/`), which holds by
 convention `provider.py` (its `PROVIDER`, a `bridge.providers.base.ProviderPlugin`),
 `settings.py` (its `SETTINGS`, the `[source.<name>]` table's model) and `simulated/part.py`
-(its `SIMULATED`, the simulated metadata service). Like `sinks.registry`, a module is imported
-only when it is asked for: `bridge/config.py` asks for the settings only (tiny modules), and
-a VM pays only for the watcher it runs. The order is detection's: the first provider whose
-metadata service answers is the one watched.
+(its `SIMULATED`, the simulated metadata service). Like `bridge.sinkapi.registry`, a
+module is imported only when it is asked for: `bridge/config.py` asks for the settings only
+(tiny modules), and a VM pays only for the watcher it runs. The order is detection's: the
+first provider whose metadata service answers is the one watched.
 
 A configuration-layer module (tests/test_layers.py): the configuration reads it.
 """

@@ -29,7 +29,7 @@ from bridge.infra.findings import dns_fix
 from bridge.pipeline.model import Instance
 from bridge.pipeline.spool import DB_NAME, integrity
 from bridge.pipeline.watchers.base import Watcher
-from sinks.api import Ok, Reject, Sink
+from bridge.sinkapi import Ok, Reject, Sink
 
 T = TypeVar("T")
 
@@ -246,7 +246,7 @@ class Doctor:
         return answer, is_bridge
 
     async def _sinks(self, send_test_event: bool) -> None:
-        from sinks import registry
+        from bridge import sink_registry
 
         names = self.config.sink_names()
         if not names:
@@ -254,7 +254,7 @@ class Doctor:
             return
         for sink_config, name in zip(self.config.sinks, names, strict=True):
             try:
-                sink = registry.create(sink_config, name)
+                sink = sink_registry.create(sink_config, name)
             except Exception as exc:  # a sink that cannot even be built: say why, go on
                 self.note(f"sink {name}", "fail", f"cannot be created: {exc}", "check its settings")
                 continue

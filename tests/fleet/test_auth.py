@@ -26,7 +26,7 @@ from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
 from bridge.infra.validation import ConfigError
 from bridge.pipeline.model import Status
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 from tests.fleet.conftest import SECRET
 from tests.fleet.factories import T0, azure_vm, transition
 from tests.support import free_port

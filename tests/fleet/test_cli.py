@@ -23,7 +23,7 @@ import pytest
 from bridge.fleet.config import DEFAULT_STORE_URL
 from bridge.fleet.sqlite_store import SqliteStore
 from bridge.pipeline.model import Status
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 from tests.fleet.conftest import SECRET
 from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat, transition
 from tests.support import eventually, free_port, running_as_root

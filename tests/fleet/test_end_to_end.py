@@ -23,7 +23,7 @@ import pytest
 
 from bridge.providers.azure.simulated.group import AzureGroup
 from bridge.simulator import Simulator
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 from tests.fleet.conftest import SECRET
 from tests.support import eventually, free_port
 from tests.test_cli import bridge

@@ -23,7 +23,7 @@ from bridge.fleet.store import EventQuery, NoticeFilter
 from bridge.infra.validation import ConfigError, validate
 from bridge.pipeline.events import parse
 from bridge.pipeline.model import Status
-from sinks.base import Ok
+from bridge.sinkapi import Ok
 from sinks.eventhubs import Config as SinkConfig
 from sinks.eventhubs import create
 from tests.fleet.factories import T0, azure_vm, gce_vm, heartbeat, transition

@@ -16,8 +16,8 @@ from bridge.fleet.store import NoticeFilter
 from bridge.infra.validation import validate
 from bridge.pipeline.events import parse, serialize
 from bridge.pipeline.model import Status
-from sinks import _webhook_signing as signing
-from sinks.base import Ok, Reject
+from bridge.sinkapi import Ok, Reject
+from bridge.transports import webhook_signing as signing
 from sinks.webhook import Config as WebhookConfig
 from sinks.webhook import WebhookSink
 from tests.fleet.conftest import OLD_SECRET, SECRET, FleetFactory

@@ -20,7 +20,7 @@ from bridge.fleet.ingest_log import BODY, MESSAGES_LOGGED, about, refused_messag
 from bridge.fleet.store import Refused
 from bridge.pipeline.events import parse, serialize, to_cloudevent
 from bridge.pipeline.model import Status
-from sinks.base import Ok
+from bridge.sinkapi import Ok
 from tests.factories import sample_notices
 from tests.fleet.conftest import SECRET, FleetFactory
 from tests.fleet.factories import T0, gce_vm, transition

@@ -32,8 +32,8 @@ from bridge.fleet.sources.base import SourceHealth
 from bridge.fleet.store import EventQuery
 from bridge.infra.validation import validate
 from bridge.pipeline.events import serialize
+from bridge.sinkapi import Ok
 from sinks import kafka
-from sinks.base import Ok
 from tests.factories import fleet_events
 from tests.fleet.test_bus_end_to_end import Process, toml_table
 from tests.sinks.kafka_mock import MockCluster, require_library

@@ -23,8 +23,8 @@ from bridge.fleet.service import FleetService
 from bridge.fleet.store import EventQuery, NoticeFilter
 from bridge.pipeline.events import parse
 from bridge.pipeline.model import Status
+from bridge.sinkapi import Ok
 from sinks import pubsub
-from sinks.base import Ok
 from tests.fleet.factories import T0, azure_vm, gce_vm, heartbeat, transition
 from tests.fleet.outage import FailingStore
 from tests.support import eventually

@@ -19,7 +19,7 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.pipeline.events import as_dict
-from sinks.base import Ok, Reject, Retry, Sink, SinkClosedError
+from bridge.sinkapi import Ok, Reject, Retry, Sink, SinkClosedError
 from tests.factories import sample_events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +106,7 @@ def modules_loaded_by_validating(config: dict[str, Any], *prefixes: str) -> list
     in a fresh interpreter: a sink must import its SDK only when it is built."""
     code = (
         "import sys\n"
-        "from sinks import registry\n"
+        "from bridge import sink_registry as registry\n"
         "from bridge.infra.validation import validate\n"
         f"validate(registry.config_model({config['type']!r}), {config!r})\n"
         f"print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))\n"

@@ -27,7 +27,7 @@ from bridge.infra.validation import validate
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import as_dict, serialize
 from bridge.pipeline.spool import NewEvent, Spool
-from sinks.base import Ok, Reject, Sink
+from bridge.sinkapi import Ok, Reject, Sink
 from sinks.eventhubs import Config, EventHubsSink, create
 from tests.factories import instance, sample_events
 from tests.sinks.contract import SinkContract

@@ -1,9 +1,9 @@
 """The Kafka sink against librdkafka's mock cluster (real producer, real consumer group).
 
 Nothing is mocked: events go through `confluent-kafka` to a three-broker mock cluster and
-are read back by a `Consumer`, decoded with `sinks.kafka_binding` (as the fleet source will)
-and validated against the published schema. Failures are real too: the brokers go down and
-come back, a topic refuses writes, an event exceeds ``message.max.bytes``.
+are read back by a `Consumer`, decoded with `bridge.transports.kafka_binding` (as the fleet
+source does) and validated against the published schema. Failures are real too: the brokers
+go down and come back, a topic refuses writes, an event exceeds ``message.max.bytes``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import as_dict
 from bridge.pipeline.spool import Spool
 from bridge.simulator import Simulator
+from bridge.sinkapi import Ok, Reject, Retry, Sink
+from bridge.transports.kafka_binding import STRUCTURED_CONTENT_TYPE, to_structured_json
 from sinks import kafka
-from sinks.base import Ok, Reject, Retry, Sink
-from sinks.kafka_binding import STRUCTURED_CONTENT_TYPE, to_structured_json
 from tests.factories import fleet_events, instance, per_source, sample_events
 from tests.sinks.contract import SinkContract, modules_loaded_by_validating
 from tests.sinks.kafka_mock import MockCluster, Reader, require_library

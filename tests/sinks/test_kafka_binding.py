@@ -1,6 +1,6 @@
-"""`sinks.kafka_binding`: both content modes there and back, and the consumer recipe that a
-fleet source follows (commit offsets only after the store commit), with a real consumer group
-on librdkafka's mock cluster.
+"""`bridge.transports.kafka_binding`: both content modes there and back, and the consumer
+recipe that a fleet source follows (commit offsets only after the store commit), with a real
+consumer group on librdkafka's mock cluster.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.pipeline.events import as_dict, parse
-from sinks import kafka
-from sinks.base import Ok
-from sinks.kafka_binding import (
+from bridge.sinkapi import Ok
+from bridge.transports.kafka_binding import (
     STRUCTURED_CONTENT_TYPE,
     BindingError,
     from_record,
@@ -24,6 +23,7 @@ from sinks.kafka_binding import (
     to_record,
     to_structured_json,
 )
+from sinks import kafka
 from tests.factories import fleet_events, instance, sample_events
 from tests.sinks.kafka_mock import MockCluster
 from tests.support import assert_valid, eventually

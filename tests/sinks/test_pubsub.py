@@ -24,8 +24,9 @@ from bridge.infra.validation import validate
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import as_dict, parse, serialize
 from bridge.pipeline.spool import NewEvent, Spool
+from bridge.sinkapi import Ok, Reject, Retry, Sink
+from bridge.transports.pubsub import STRUCTURED_CONTENT_TYPE, fits_attribute_limits
 from sinks import pubsub
-from sinks.base import Ok, Reject, Retry, Sink
 from tests.factories import fleet_events, instance, per_source, sample_events
 from tests.sinks.contract import SinkContract
 from tests.support import assert_valid
@@ -93,7 +94,7 @@ def test_config_defaults_and_topic_validation() -> None:
 def test_importing_the_sink_does_not_import_the_client_library() -> None:
     code = (
         "import sys\n"
-        "from sinks import registry\n"
+        "from bridge import sink_registry as registry\n"
         "model = registry.config_model('pubsub')\n"
         "from bridge.infra.validation import validate\n"
         "validate(model, {'type': 'pubsub', 'topic': 'projects/my-project/topics/maint'})\n"
@@ -114,12 +115,12 @@ def test_event_that_exceeds_attribute_limits_falls_back_to_structured() -> None:
     attributes = {**event.get_attributes(), "comment": "x" * 2000}
     big = CloudEvent(attributes, event.get_data())
     data, attrs = pubsub.encode(big, "binary")
-    assert attrs == {"content-type": pubsub.STRUCTURED_CONTENT_TYPE}
+    assert attrs == {"content-type": STRUCTURED_CONTENT_TYPE}
     assert parse(data).get_extension("comment") == "x" * 2000
     data, attrs = pubsub.encode(event, "binary")
     assert set(attrs) == BINARY_KEYS
-    assert pubsub.fits_attribute_limits({f"k{i}": "v" for i in range(101)}) is not None
-    assert pubsub.fits_attribute_limits({"k" * 257: "v"}) is not None
+    assert fits_attribute_limits({f"k{i}": "v" for i in range(101)}) is not None
+    assert fits_attribute_limits({"k" * 257: "v"}) is not None
 
 
 def test_error_mapping() -> None:
@@ -207,7 +208,7 @@ async def test_fleet_events_arrive_intact_in_per_vm_order(pubsub_topic: Topic, m
                 assert attributes[f"ce-{name}"] == expected[name]
             assert json.loads(message.data) == expected["data"]
         else:
-            assert attributes == {"content-type": pubsub.STRUCTURED_CONTENT_TYPE}
+            assert attributes == {"content-type": STRUCTURED_CONTENT_TYPE}
             assert json.loads(message.data) == as_dict(event)
 
 
@@ -220,7 +221,7 @@ async def test_oversized_event_is_sent_structured(pubsub_topic: Topic) -> None:
     finally:
         await sink.close(5.0)
     (message,) = await asyncio.to_thread(pubsub_topic.pull, 1)
-    assert dict(message.attributes) == {"content-type": pubsub.STRUCTURED_CONTENT_TYPE}
+    assert dict(message.attributes) == {"content-type": STRUCTURED_CONTENT_TYPE}
     assert as_dict(rebuild(message)) == as_dict(big)
 
 

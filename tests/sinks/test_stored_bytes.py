@@ -10,7 +10,7 @@ import pytest
 
 from bridge.pipeline.events import serialize
 from bridge.pipeline.spool import Spooled
-from sinks.base import Ok
+from bridge.sinkapi import Ok
 from sinks.file import FileSink
 from sinks.stdout import StdoutSink
 from tests.factories import sample_events

@@ -40,9 +40,9 @@ from bridge.infra.validation import validate
 from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.events import as_dict, serialize
 from bridge.pipeline.spool import NewEvent, Spool, Spooled
+from bridge.sinkapi import Ok, Reject, Retry, Sink
+from bridge.transports.webhook_signing import webhook_id
 from sinks import webhook
-from sinks._webhook_signing import webhook_id
-from sinks.base import Ok, Reject, Retry, Sink
 from tests.factories import sample_events
 from tests.sinks.contract import SinkContract
 from tests.sinks.webhook_receiver import (

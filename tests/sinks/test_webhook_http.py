@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from bridge.infra import http1
-from sinks.base import Ok, Retry
+from bridge.sinkapi import Ok, Retry
 from tests.factories import sample_events
 from tests.sinks.test_webhook import make_sink, self_signed
 from tests.sinks.webhook_receiver import RecordingProxy, WebhookReceiver, serving

@@ -27,8 +27,8 @@ from bridge.pipeline.dispatch import Dispatcher
 from bridge.pipeline.sink_checks import SinkChecks
 from bridge.pipeline.spool import Spool
 from bridge.simulator import Simulator
+from bridge.sinkapi import Ok, Retry, Sink
 from sinks import webhook
-from sinks.base import Ok, Retry, Sink
 from tests.factories import sample_events
 from tests.sinks.test_webhook import rows
 from tests.sinks.webhook_receiver import WebhookReceiver

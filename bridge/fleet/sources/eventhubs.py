@@ -28,39 +28,14 @@ import contextlib
 import logging
 from typing import Any
 
-from cloudevents.core.bindings import amqp
-from cloudevents.core.formats.json import JSONFormat
-from cloudevents.core.v1.event import CloudEvent
-
 from bridge.fleet.bus_config import EventHubsSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode
-from bridge.pipeline.events import serialize
-from sinks.eventhubs import open_client
+from bridge.transports.eventhubs import event_body, open_client
 
 log = logging.getLogger("bridge.fleet.eventhubs")
 
-_FORMAT = JSONFormat()
 _STARTS = {"earliest": "-1", "latest": "@latest"}
-
-
-def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def event_body(data: Any) -> bytes:
-    """The structured JSON of the CloudEvent an `EventData` carries, in either mode."""
-    body = b"".join(data.body)
-    content_type = data.content_type or ""
-    if content_type.startswith("application/cloudevents"):
-        return body  # structured: the event as the sidecar wrote it
-    message = amqp.AMQPMessage(
-        properties={"content-type": content_type},
-        application_properties={_text(k): _text(v) for k, v in (data.properties or {}).items()},
-        application_data=body,
-    )
-    event = amqp.from_amqp(message, _FORMAT, CloudEvent)
-    return serialize(event)  # type: ignore[arg-type]
 
 
 class EventHubsSource:
@@ -92,13 +67,7 @@ class EventHubsSource:
                 "load_balancing_interval": config.load_balancing_interval,
             }
         client, self._credential = open_client(
-            EventHubConsumerClient,
-            config.connection_string,
-            config.fully_qualified_namespace,
-            config.eventhub,
-            config.transport,
-            consumer_group=config.consumer_group,
-            **sharing,
+            EventHubConsumerClient, config, consumer_group=config.consumer_group, **sharing
         )
         return client
 

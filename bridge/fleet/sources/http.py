@@ -13,7 +13,8 @@ A small fleet needs no bus: point each sidecar's webhook sink at the fleet servi
   (and the connection closed, its body unread); a read credential is 403. The signature is
   then computed as the body streams in. Structured and batch mode sign `id.timestamp.body`
   (`v1,`); binary mode must sign the `ce-*` attributes too (`v1ce,`, see
-  `sinks._webhook_signing`), unless `binary_unsigned_attributes` takes old sidecars' `v1`.
+  `bridge.transports.webhook_signing`), unless `binary_unsigned_attributes` takes old
+  sidecars' `v1`.
   No secret and no token: unsigned posts, allowed only on a loopback listener (the
   configuration refuses anything else). Failed credentials count towards the address's
   429 (`bridge.fleet.auth.FailureLimiter`).
@@ -36,13 +37,8 @@ A small fleet needs no bus: point each sidecar's webhook sink at the fleet servi
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import hmac
 import logging
-import re
 import time
-from dataclasses import dataclass
 from typing import Final
 
 from aiohttp import web
@@ -59,7 +55,7 @@ from bridge.fleet.ingest_log import BODY
 from bridge.fleet.sources.base import Ingestor, SourceHealth, classify
 from bridge.fleet.store import Accepted, Refused, StoreError
 from bridge.infra.credential import HEADER as CREDENTIAL_HEADER
-from sinks import _webhook_signing as signing
+from bridge.transports import webhook_signing as signing
 
 log = logging.getLogger("bridge.fleet.http")
 
@@ -71,11 +67,6 @@ BINARY: Final = "binary"
 REASONS_SHOWN: Final = 20
 #: Bytes read from the body at a time (each chunk goes into the signature's HMAC).
 CHUNK: Final = 64 * 1024
-#: Signatures of one webhook-signature header looked at, at most.
-MAX_SIGNATURES: Final = 16
-_TIMESTAMP: Final = re.compile(r"[0-9]{1,12}")
-_MESSAGE_ID: Final = re.compile(r"[^\x00-\x1f\x7f]{1,1024}")  # an event id: any text
-_BASE64: Final = re.compile(r"[A-Za-z0-9+/]{4,128}={0,2}")
 
 
 def _bad(status: int, reason: str, **extra: object) -> web.Response:
@@ -117,28 +108,6 @@ class _Hold:
         self.held = 0
 
 
-@dataclass
-class _Signed:
-    """A Standard Webhooks signature to check once the body is in: one HMAC per (key,
-    version), fed the body as it streams, and the signatures the request claims."""
-
-    macs: list[tuple[hmac.HMAC, str]]
-    claimed: list[tuple[str, bytes]]
-
-    def update(self, chunk: bytes) -> None:
-        for mac, _version in self.macs:
-            mac.update(chunk)
-
-    def verified(self) -> bool:
-        found = False
-        for mac, version in self.macs:
-            digest = mac.digest()
-            for claimed_version, claimed in self.claimed:
-                if claimed_version == version and hmac.compare_digest(digest, claimed):
-                    found = True
-        return found
-
-
 class HttpSource:
     """`POST /v1/events` on the fleet listener (see the module docstring)."""
 
@@ -178,7 +147,7 @@ class HttpSource:
 
     # -- authentication, from the headers ---------------------------------------------------
 
-    def _credential(self, request: web.Request, mode: str) -> _Signed | None:
+    def _credential(self, request: web.Request, mode: str) -> signing.Verification | None:
         """None when the headers alone show the request authentic (an ingest token, or an
         open loopback source); the signature to check as the body streams in; `Refusal`."""
         token = bearer(request)
@@ -196,46 +165,18 @@ class HttpSource:
             raise Refusal("missing credential: an ingest bearer token is required", "missing")
         return self._signature(request, mode)
 
-    def _signature(self, request: web.Request, mode: str) -> _Signed:
-        headers = request.headers
-        msg_id = headers.get("webhook-id", "")
-        stamp = headers.get("webhook-timestamp", "")
-        signatures = headers.get("webhook-signature", "")
-        if not msg_id or not stamp or not signatures:
-            raise Refusal(
-                "unsigned: webhook-id, webhook-timestamp and webhook-signature are required",
-                "missing",
+    def _signature(self, request: web.Request, mode: str) -> signing.Verification:
+        try:
+            return signing.verification(
+                request.headers,
+                self._keys,
+                binary=mode == BINARY,
+                body_only_in_binary=self._config.binary_unsigned_attributes,
+                tolerance=self._config.tolerance,
+                now=time.time(),
             )
-        if not _MESSAGE_ID.fullmatch(msg_id):
-            raise Refusal("malformed webhook-id", "malformed")
-        if not _TIMESTAMP.fullmatch(stamp):
-            raise Refusal("malformed webhook-timestamp: expected Unix seconds", "malformed")
-        if abs(time.time() - int(stamp)) > self._config.tolerance:
-            raise Refusal("webhook-timestamp is too far from now", "stale")
-        claimed = _claimed(signatures)
-        versions = [signing.BODY_VERSION]
-        attributes = b""
-        if mode == BINARY:
-            versions = [signing.ATTRIBUTES_VERSION]
-            if self._config.binary_unsigned_attributes:
-                versions.append(signing.BODY_VERSION)
-            attributes = signing.attributes_block(headers.items())
-        claimed = [(version, value) for version, value in claimed if version in versions]
-        if not claimed:
-            if mode == BINARY:
-                raise Refusal(
-                    "binary mode: no v1ce signature, which covers the ce-* attributes "
-                    "(upgrade the sender, or set binary_unsigned_attributes = true)",
-                    "unsigned-attributes",
-                )
-            raise Refusal("no v1 signature in webhook-signature", "malformed")
-        macs = []
-        for version in versions:
-            prefix = signing.signed_prefix(
-                msg_id, stamp, attributes if version == signing.ATTRIBUTES_VERSION else b""
-            )
-            macs += [(signing.hmac_sha256(key, prefix), version) for key in self._keys]
-        return _Signed(macs, claimed)
+        except signing.SignatureError as exc:
+            raise Refusal(str(exc), exc.kind) from None
 
     def _refuse(self, request: web.Request, refusal: Refusal) -> web.Response:
         log.warning("POST %s from %s refused: %s", PATH, request.remote, refusal)
@@ -316,7 +257,11 @@ class HttpSource:
             hold.release()
 
     async def _read(
-        self, request: web.Request, signed: _Signed | None, hold: _Hold, count_chunks: bool
+        self,
+        request: web.Request,
+        signed: signing.Verification | None,
+        hold: _Hold,
+        count_chunks: bool,
     ) -> bytes | web.Response:
         """The body, read as it streams in: each chunk goes into the signature's HMACs and,
         without a Content-Length (`count_chunks`), into the bytes in flight; the refusal
@@ -382,23 +327,6 @@ class HttpSource:
             why = f"refused: {result.invalid} event(s) the fleet store cannot keep"
             return _bad(400, f"{why}; see /v1/fleet/rejected", **counts)
         return web.json_response(counts)
-
-
-def _claimed(header: str) -> list[tuple[str, bytes]]:
-    """The `version,base64` signatures of a webhook-signature header; `Refusal` when none is
-    readable (a malformed header is a 401, never a 500)."""
-    found = []
-    for part in header.split()[:MAX_SIGNATURES]:
-        version, _, value = part.partition(",")
-        if not _BASE64.fullmatch(value):
-            continue
-        try:
-            found.append((version, base64.b64decode(value, validate=True)))
-        except (binascii.Error, ValueError):
-            continue
-    if not found:
-        raise Refusal("malformed webhook-signature: expected v1,<base64>", "malformed")
-    return found
 
 
 def _closing(response: web.Response) -> web.Response:

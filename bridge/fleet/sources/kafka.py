@@ -15,9 +15,9 @@ Nothing is lost and nothing doubled:
   that is not in the store; the revoke callback commits the offsets of what the store holds
   and no broker commit confirmed yet (one that failed), so the member taking the partitions
   over starts right after it. A consumer joining mid-stream starts at the group's offsets.
-- Both modes of the CloudEvents Kafka binding are read (`sinks.kafka_binding`); a message
-  that is neither, or not a valid event of schema v1, goes to the rejected table with its
-  reason and is committed past, so it cannot stall its partition.
+- Both modes of the CloudEvents Kafka binding are read (`bridge.transports.kafka_binding`);
+  a message that is neither, or not a valid event of schema v1, goes to the rejected table
+  with its reason and is committed past, so it cannot stall its partition.
 
 `/readyz` shows the source false until the consumer joined the group, while every broker is
 unreachable, and while the store cannot commit. Stopping closes the consumer (leaving the
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode
-from sinks.kafka_binding import to_structured_json
+from bridge.transports.kafka_binding import to_structured_json
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message, TopicPartition

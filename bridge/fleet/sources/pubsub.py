@@ -30,22 +30,13 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception_type
 
-from bridge import contract
 from bridge.fleet.bus_config import PubsubSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode, next_batch
 from bridge.infra.backoff import Backoff
+from bridge.transports.pubsub import PUBSUB_SCOPE, message_event
 
 log = logging.getLogger("bridge.fleet.pubsub")
-
-PUBSUB_SCOPE = "https://www.googleapis.com/auth/pubsub"
-
-
-def message_event(data: bytes, attributes: Any) -> bytes:
-    """The structured JSON of the event a message carries, in either content mode."""
-    if "ce-specversion" in attributes:
-        return contract.binary_to_structured(dict(attributes), data)
-    return data
 
 
 class PubsubSource:

@@ -2,6 +2,10 @@
 
 A sink module exposes `Config` (a `SinkConfig` subclass) and `create(config, name)`. Only
 the modules of configured types are imported, and those import their SDKs lazily.
+
+The built-in sinks (`sinks/`) are named here as module strings and loaded with importlib,
+here only: the sinks import the bridge (`bridge.sinkapi`, `bridge.transports`), and no
+module of `bridge/` imports `sinks`, so the two never form an import cycle.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import importlib
 from types import ModuleType
 from typing import Final
 
-from sinks.api import Sink, SinkConfig
+from bridge.sinkapi import Sink, SinkConfig
 
 ENTRY_POINT_GROUP: Final = "maintenance_bridge.sinks"
 BUILTIN: Final = {

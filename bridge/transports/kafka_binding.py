@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from sinks.api import dumps, parse, serialize
+from bridge.infra.encoding import dumps, parse, serialize
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=UTF-8"
 CONTENT_TYPE_HEADER: Final = "content-type"
@@ -54,10 +54,10 @@ class BindingError(ValueError):
 def to_record(event: CloudEvent, mode: Mode = "binary") -> Record:
     """The Kafka message of `event` in `mode`, keyed by its partition key.
 
-    Encoded straight from the event's attributes in the one JSON form (`sinks.api.dumps`,
-    whose JSON of a datetime is the RFC 3339 string the structured format carries, UTC as
-    ``Z``), so both modes and `bridge.pipeline.events.serialize` describe an event
-    identically (the tests compare them).
+    Encoded straight from the event's attributes in the one JSON form
+    (`bridge.infra.encoding.dumps`, whose JSON of a datetime is the RFC 3339 string the
+    structured format carries, UTC as ``Z``), so both modes and
+    `bridge.pipeline.events.serialize` describe an event identically (the tests compare them).
     """
     fields: dict[str, Any] = dict(event.get_attributes())
     if not fields.get(PARTITION_KEY):

@@ -1,7 +1,8 @@
-"""Request signatures of the webhook sink: Standard Webhooks and GitHub-style HMAC.
+"""Request signatures of the webhook sink: Standard Webhooks and GitHub-style HMAC, made by
+the sink and verified by the fleet's `http` source.
 
-Kept apart from the transport so the exact byte layout that receivers verify is in one
-small, pure module. Both schemes sign the *exact* body bytes that go on the wire: the caller
+Kept apart from both so the exact byte layout that receivers verify is in one small, pure
+module. Both schemes sign the *exact* body bytes that go on the wire: the caller
 serializes once and hands the same `bytes` object to the signer and to the HTTP client, so a
 re-serialization (key order, whitespace) can never make a valid event fail verification.
 
@@ -13,6 +14,10 @@ names every `ce-*` header and `content-type` (lowercased names, sorted, `name:va
 line feed each, then an empty line). The plain `v1,` signature is still sent, so receivers
 that only know Standard Webhooks keep verifying the body (docs/security.md says why the fleet
 service takes only `v1ce` in binary mode).
+
+A receiver checks from the headers first (`verification`: present, well formed, recent, a
+signature of a version it takes) and refuses at once what cannot verify, then feeds the body
+into the returned `Verification` as it streams in and asks `verified()` at its end.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 #: Prefix of Standard Webhooks secrets; the rest is base64 of the HMAC key.
@@ -137,3 +144,114 @@ def github_headers(body: bytes, key: bytes) -> dict[str, str]:
     """
     digest = hmac.new(key, body, hashlib.sha256).hexdigest()
     return {GITHUB_HEADER: f"sha256={digest}"}
+
+
+# -- verifying (the fleet's `http` source) ------------------------------------------------
+
+#: Signatures of one webhook-signature header looked at, at most.
+MAX_SIGNATURES: Final = 16
+_TIMESTAMP: Final = re.compile(r"[0-9]{1,12}")
+_MESSAGE_ID: Final = re.compile(r"[^\x00-\x1f\x7f]{1,1024}")  # an event id: any text
+_BASE64: Final = re.compile(r"[A-Za-z0-9+/]{4,128}={0,2}")
+
+
+class SignatureError(ValueError):
+    """Signature headers that cannot verify, whatever the body: the message says why (never
+    with a secret), `kind` how (`missing`, `malformed`, `stale`, `unsigned-attributes`)."""
+
+    def __init__(self, reason: str, kind: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
+@dataclass
+class Verification:
+    """A Standard Webhooks signature to check once the body is in: one HMAC per (key,
+    version), fed the body as it streams, and the signatures the request claims."""
+
+    macs: list[tuple[hmac.HMAC, str]]
+    claimed: list[tuple[str, bytes]]
+
+    def update(self, chunk: bytes) -> None:
+        for mac, _version in self.macs:
+            mac.update(chunk)
+
+    def verified(self) -> bool:
+        found = False
+        for mac, version in self.macs:
+            digest = mac.digest()
+            for claimed_version, claimed in self.claimed:
+                if claimed_version == version and hmac.compare_digest(digest, claimed):
+                    found = True
+        return found
+
+
+def claimed_signatures(header: str) -> list[tuple[str, bytes]]:
+    """The `version,base64` signatures of a webhook-signature header; `SignatureError` when
+    none is readable (a malformed header is a refusal, never a crash)."""
+    found = []
+    for part in header.split()[:MAX_SIGNATURES]:
+        version, _, value = part.partition(",")
+        if not _BASE64.fullmatch(value):
+            continue
+        try:
+            found.append((version, base64.b64decode(value, validate=True)))
+        except (binascii.Error, ValueError):
+            continue
+    if not found:
+        raise SignatureError("malformed webhook-signature: expected v1,<base64>", "malformed")
+    return found
+
+
+def verification(
+    headers: Mapping[str, str],
+    keys: Sequence[bytes],
+    *,
+    binary: bool,
+    body_only_in_binary: bool,
+    tolerance: float,
+    now: float,
+) -> Verification:
+    """What to check a request's body against, from its headers alone; `SignatureError` when
+    the headers cannot verify (missing, malformed, a timestamp more than `tolerance` seconds
+    from `now`, no signature of a version taken).
+
+    Structured and batch mode (`binary` false) take `v1` signatures; binary mode takes `v1ce`
+    (the `ce-*` attributes signed too) and, with `body_only_in_binary`, old senders' `v1`.
+    """
+    msg_id = headers.get("webhook-id", "")
+    stamp = headers.get("webhook-timestamp", "")
+    signatures = headers.get("webhook-signature", "")
+    if not msg_id or not stamp or not signatures:
+        raise SignatureError(
+            "unsigned: webhook-id, webhook-timestamp and webhook-signature are required",
+            "missing",
+        )
+    if not _MESSAGE_ID.fullmatch(msg_id):
+        raise SignatureError("malformed webhook-id", "malformed")
+    if not _TIMESTAMP.fullmatch(stamp):
+        raise SignatureError("malformed webhook-timestamp: expected Unix seconds", "malformed")
+    if abs(now - int(stamp)) > tolerance:
+        raise SignatureError("webhook-timestamp is too far from now", "stale")
+    claimed = claimed_signatures(signatures)
+    versions = [BODY_VERSION]
+    attributes = b""
+    if binary:
+        versions = [ATTRIBUTES_VERSION]
+        if body_only_in_binary:
+            versions.append(BODY_VERSION)
+        attributes = attributes_block(headers.items())
+    claimed = [(version, value) for version, value in claimed if version in versions]
+    if not claimed:
+        if binary:
+            raise SignatureError(
+                "binary mode: no v1ce signature, which covers the ce-* attributes "
+                "(upgrade the sender, or set binary_unsigned_attributes = true)",
+                "unsigned-attributes",
+            )
+        raise SignatureError("no v1 signature in webhook-signature", "malformed")
+    macs = []
+    for version in versions:
+        prefix = signed_prefix(msg_id, stamp, attributes if version == ATTRIBUTES_VERSION else b"")
+        macs += [(hmac_sha256(key, prefix), version) for key in keys]
+    return Verification(macs, claimed)

@@ -1,9 +1,24 @@
-"""The `Sink` interface every delivery target implements, and the outcomes it reports.
+"""The sink plug-in surface: everything a sink (built-in or third-party) needs, from one place.
+
+A sink module imports from here only: the `Sink` interface and the outcomes it reports
+(`Ok`, `Retry`, `Reject`, `Result`, `Health`; `Encoded`, an event as the spool holds it),
+the configuration base `SinkConfig` with the field types and errors its checks use
+(`Secret`, `HttpUrl`, `FieldError`, `ConfigError`) and `validate` (how the bridge builds a
+`Config`; a sink's tests call it too), and the wire format of the events it sends
+(`serialize`, `parse`, `as_dict`; `dumps` for a binary-mode body and `json_format` for the
+SDK's bindings, so that every sink writes the contract's one JSON form). What a sink shares
+with the fleet's sources about one wire (a binding, signatures, connection settings) is in
+`bridge.transports`.
 
 A sink only talks to its bus: it classifies each attempt as `Ok`, `Retry` or `Reject` and
 never sleeps, retries or spools. The dispatcher owns retries, backoff, the spool and the
 dead-letter table, so every sink gets the same delivery guarantees for free, and a sink that
 swallowed failures (a "send" that logs and returns) cannot exist here.
+
+The bridge finds sinks through `bridge.sink_registry`, which names the built-in ones
+(`sinks/`) by module and loads them with importlib: the sinks import the bridge, never the
+other way round (tests/test_layers.py checks it). `sinks.api` re-exports this surface for
+plug-ins written against its first name.
 """
 
 from __future__ import annotations
@@ -16,10 +31,34 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.infra.encoding import parse
+from bridge.infra.encoding import as_dict, dumps, json_format, parse, serialize
+from bridge.infra.secrets import Secret
+from bridge.infra.validation import ConfigError, FieldError, HttpUrl, validate
 
 if TYPE_CHECKING:
     from bridge.infra.tls import ReloadingContext
+
+__all__ = [
+    "ConfigError",
+    "Encoded",
+    "FieldError",
+    "Health",
+    "HttpUrl",
+    "Ok",
+    "Reject",
+    "Result",
+    "Retry",
+    "Secret",
+    "Sink",
+    "SinkClosedError",
+    "SinkConfig",
+    "as_dict",
+    "dumps",
+    "json_format",
+    "parse",
+    "serialize",
+    "validate",
+]
 
 
 @dataclass(frozen=True, slots=True)
