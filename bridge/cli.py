@@ -521,7 +521,7 @@ async def _once(config: Config) -> int:
 async def _demo(args: argparse.Namespace) -> int:
     from bridge.compose import compose
     from bridge.infra import statelock
-    from bridge.providers import registry as providers
+    from bridge.providerapi import registry as providers
     from bridge.simulator import Simulator
     from bridge.surface.health import HealthMonitor
     from bridge.surface.routes import serving

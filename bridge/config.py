@@ -24,8 +24,8 @@ from bridge.infra import platform
 from bridge.infra.credential import IdentitySettings
 from bridge.infra.validation import ConfigError as ConfigError
 from bridge.infra.validation import FieldError, render_path, validate_into
-from bridge.providers import registry as providers
-from bridge.providers.settings import ProviderSettings
+from bridge.providerapi import registry as providers
+from bridge.providerapi.settings import ProviderSettings
 from sinks import registry
 from sinks.api import SinkConfig
 

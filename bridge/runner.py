@@ -36,7 +36,7 @@ from bridge.pipeline.spool import NewEvent, Spool, SpoolError
 from bridge.pipeline.spool_checks import SpoolChecks
 from bridge.pipeline.supervision import Supervision
 from bridge.pipeline.watchers.base import Update, Watcher
-from bridge.providers import registry as providers
+from bridge.providers import plugins as providers
 from sinks import registry
 from sinks.api import Sink
 
@@ -49,7 +49,7 @@ Sleep = Callable[[float], Awaitable[None]]
 def watcher_factory(
     config: Config, provider: ProviderName, **client_options: Any
 ) -> WatcherFactory:
-    """A function that builds the provider's watcher (`bridge.providers.registry`) from a
+    """A function that builds the provider's watcher (`bridge.providers.plugins`) from a
     checkpoint.
 
     `client_options` go to the metadata client (tests shorten its backoff). Every watcher

@@ -15,9 +15,10 @@ import pytest
 
 from bridge.config import parse_config
 from bridge.contract import ProviderName
-from bridge.providers import registry
-from bridge.providers.settings import ProviderSettings
-from bridge.simulator.part import BOTH, SimulatedProvider
+from bridge.providerapi import registry
+from bridge.providerapi.settings import ProviderSettings
+from bridge.providers import plugins
+from bridge.simulator.part import BOTH, SimulatedProvider, part
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,18 +27,29 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_provider_supplies_each_part_from_its_own_folder(name: ProviderName) -> None:
     folder = registry.PROVIDERS[name]
     assert folder == f"bridge.providers.{name}"
-    provider = registry.get(name)
+    provider = plugins.get(name)
     assert provider.name == name
     assert type(provider).__module__ == f"{folder}.provider"
     settings = registry.settings_model(name)
     assert issubclass(settings, ProviderSettings)
     assert settings.__module__ == f"{folder}.settings"
-    simulated = registry.simulated(name)
+    simulated = part(name)
     assert isinstance(simulated, SimulatedProvider)
     assert simulated.name == name
     assert type(simulated).__module__ == f"{folder}.simulated.part"
     # the configuration's [source.<name>] table is the provider's model, with its defaults
     assert getattr(parse_config({}).source, name) == settings()
+
+
+def test_the_registry_refuses_a_part_of_the_wrong_type() -> None:
+    """The registry cannot name the types of the floors above it; each reader checks its
+    own, and a part that is not one is an error saying where it came from."""
+    found = registry.load("gce", "provider")
+    assert not isinstance(found, SimulatedProvider)
+    error = registry.wrong_type("gce", "provider", found, "SimulatedProvider")
+    assert str(error) == (
+        "bridge.providers.gce.provider.PROVIDER is a Gce, not a SimulatedProvider"
+    )
 
 
 def _named_providers(source: str, where: str) -> list[str]:

@@ -1,0 +1,19 @@
+"""The registered providers' plug-ins, typed: the providers' floor and those above read the
+registry (`bridge.providerapi.registry`, on a floor below that cannot name `Provider`)
+through here.
+"""
+
+from __future__ import annotations
+
+from bridge.contract import ProviderName
+from bridge.providerapi import registry
+from bridge.providerapi.registry import names as names
+from bridge.providers.base import Provider
+
+
+def get(name: ProviderName) -> Provider:
+    """The provider's plug-in (imports its `provider.py` only)."""
+    found = registry.load(name, "provider")
+    if not isinstance(found, Provider):
+        raise registry.wrong_type(name, "provider", found, "Provider")
+    return found
