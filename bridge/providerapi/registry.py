@@ -29,11 +29,13 @@ PROVIDERS: Final[dict[ProviderName, str]] = {
 }
 
 #: A provider's parts: the module under its package -> the name that module exports.
-Part = Literal["provider", "settings", "simulated.part"]
+Part = Literal["provider", "settings", "simulated.part", "identity"]
 EXPORTS: Final[dict[Part, str]] = {
     "provider": "PROVIDER",
     "settings": "SETTINGS",
     "simulated.part": "SIMULATED",
+    # Optional: `attestation(config, audience)`, the VM's signed identity document.
+    "identity": "attestation",
 }
 
 
@@ -41,9 +43,18 @@ def names() -> tuple[ProviderName, ...]:
     return tuple(PROVIDERS)
 
 
+def named(name: str) -> ProviderName | None:
+    """`name` as a registered provider's name, or None."""
+    for known in PROVIDERS:
+        if known == name:
+            return known
+    return None
+
+
 def load(name: ProviderName, part: Part) -> object:
-    """What the provider's `part` exports (imports that one module). Its reader, on a floor
-    that can name the type, checks it and raises `wrong_type` if it is not one."""
+    """What the provider's `part` exports (imports that one module; `ModuleNotFoundError`
+    for an optional part it lacks). Its reader, on a floor that can name the type, checks it
+    and raises `wrong_type` if it is not one."""
     module = importlib.import_module(f"{PROVIDERS[name]}.{part}")
     found: object = getattr(module, EXPORTS[part])
     return found
