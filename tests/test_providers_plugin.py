@@ -52,6 +52,11 @@ def test_the_registry_refuses_a_part_of_the_wrong_type() -> None:
     )
 
 
+def test_a_name_no_provider_has_finds_no_plug_in() -> None:
+    assert plugins.find("gce") is plugins.get("gce")
+    assert plugins.find("nowhere") is None
+
+
 def _named_providers(source: str, where: str) -> list[str]:
     """`where:line: 'name'` for each string constant that is a provider's name, outside the
     simulator's one alias (`BOTH`)."""
