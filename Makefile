@@ -38,6 +38,8 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 # The same sources as Windows sees them: a POSIX-only call on a Windows path fails here.
 	$(BIN)/mypy --platform win32
+# The floors (pyproject's [tool.importlinter] contracts; docs/architecture.md draws them).
+	$(BIN)/lint-imports
 
 # checkov (the manifests' policy checks, tests/test_deploy.py) pins libraries older than the
 # development tools need (cyclonedx-python-lib, packaging): a virtual environment of its own.

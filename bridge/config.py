@@ -26,8 +26,8 @@ from bridge.infra.credential import IdentitySettings
 from bridge.infra.tracing import TracingSettings
 from bridge.infra.validation import ConfigError as ConfigError
 from bridge.infra.validation import FieldError, render_path, validate_into
-from bridge.providers import registry as providers
-from bridge.providers.settings import ProviderSettings
+from bridge.providerapi import registry as providers
+from bridge.providerapi.settings import ProviderSettings
 from bridge.sinkapi import SinkConfig
 
 CONFIG_ENV: Final = "MAINTENANCE_BRIDGE_CONFIG"

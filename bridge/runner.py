@@ -38,7 +38,7 @@ from bridge.pipeline.spool import NewEvent, Spool, SpoolError
 from bridge.pipeline.spool_checks import SpoolChecks
 from bridge.pipeline.supervision import Supervision
 from bridge.pipeline.watchers.base import Update, Watcher
-from bridge.providers import registry as providers
+from bridge.providers import plugins as providers
 from bridge.sinkapi import Sink
 
 log = logging.getLogger("bridge")
@@ -50,7 +50,7 @@ Sleep = Callable[[float], Awaitable[None]]
 def watcher_factory(
     config: Config, provider: ProviderName, **client_options: Any
 ) -> WatcherFactory:
-    """A function that builds the provider's watcher (`bridge.providers.registry`) from a
+    """A function that builds the provider's watcher (`bridge.providers.plugins`) from a
     checkpoint.
 
     `client_options` go to the metadata client (tests shorten its backoff). Every watcher

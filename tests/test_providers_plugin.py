@@ -15,9 +15,10 @@ import pytest
 
 from bridge.config import parse_config
 from bridge.contract import ProviderName
-from bridge.providers import registry
-from bridge.providers.settings import ProviderSettings
-from bridge.simulator.part import BOTH, SimulatedProvider
+from bridge.providerapi import registry
+from bridge.providerapi.settings import ProviderSettings
+from bridge.providers import plugins
+from bridge.simulator.part import BOTH, SimulatedProvider, part
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,18 +27,34 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_provider_supplies_each_part_from_its_own_folder(name: ProviderName) -> None:
     folder = registry.PROVIDERS[name]
     assert folder == f"bridge.providers.{name}"
-    provider = registry.get(name)
+    provider = plugins.get(name)
     assert provider.name == name
     assert type(provider).__module__ == f"{folder}.provider"
     settings = registry.settings_model(name)
     assert issubclass(settings, ProviderSettings)
     assert settings.__module__ == f"{folder}.settings"
-    simulated = registry.simulated(name)
+    simulated = part(name)
     assert isinstance(simulated, SimulatedProvider)
     assert simulated.name == name
     assert type(simulated).__module__ == f"{folder}.simulated.part"
     # the configuration's [source.<name>] table is the provider's model, with its defaults
     assert getattr(parse_config({}).source, name) == settings()
+
+
+def test_the_registry_refuses_a_part_of_the_wrong_type() -> None:
+    """The registry cannot name the types of the floors above it; each reader checks its
+    own, and a part that is not one is an error saying where it came from."""
+    found = registry.load("gce", "provider")
+    assert not isinstance(found, SimulatedProvider)
+    error = registry.wrong_type("gce", "provider", found, "SimulatedProvider")
+    assert str(error) == (
+        "bridge.providers.gce.provider.PROVIDER is a Gce, not a SimulatedProvider"
+    )
+
+
+def test_a_name_no_provider_has_finds_no_plug_in() -> None:
+    assert plugins.find("gce") is plugins.get("gce")
+    assert plugins.find("nowhere") is None
 
 
 def _named_providers(source: str, where: str) -> list[str]:
@@ -81,21 +98,21 @@ def test_both_is_the_two_clouds_simulated_before_aws() -> None:
 def test_which_providers_approve_events_is_their_plugins_to_say() -> None:
     """The actions and the runner ask `approves_events`, never a provider's name: the clouds
     that approve are the ones with an approver (Azure today)."""
-    approving = {name for name in registry.names() if registry.get(name).approves_events}
+    approving = {name for name in registry.names() if plugins.get(name).approves_events}
     assert approving == {"azure"}
     for name in registry.names():
-        plugin = registry.get(name)
+        plugin = plugins.get(name)
         assert (plugin.approver(lambda: None) is not None) == plugin.approves_events, name
-    assert registry.find("azure") is registry.get("azure")
-    assert registry.find("a watcher of a test") is None
+    assert plugins.find("azure") is plugins.get("azure")
+    assert plugins.find("a watcher of a test") is None
 
 
 def test_whether_ids_ignore_case_is_their_plugins_to_say() -> None:
     """Azure's resource ids (ARM) compare without regard to case, the others' exactly; the
     fleet's identity checks ask the plug-in rather than test for a cloud's name."""
     arm = "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/vm"
-    assert registry.get("azure").same_id(arm, arm.lower())
+    assert plugins.get("azure").same_id(arm, arm.lower())
     for name in registry.names():
-        plugin = registry.get(name)
+        plugin = plugins.get(name)
         assert plugin.same_id("i-0ABC", "i-0ABC")
         assert plugin.same_id("i-0ABC", "i-0abc") == (name == "azure"), name

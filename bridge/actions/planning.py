@@ -17,7 +17,7 @@ from bridge.actions import approval, hooks
 from bridge.actions.planned import approval_key, hook_key
 from bridge.config import Approval, Hook
 from bridge.pipeline.typed_events import maintenance
-from bridge.providers import registry as providers
+from bridge.providers import plugins as providers
 
 log = logging.getLogger("bridge.actions")
 

@@ -36,7 +36,7 @@ def stdout_sink(pretty: bool, on_closed: Callable[[], None]) -> Sink:
 async def main(args: argparse.Namespace) -> int:
     from bridge.compose import compose
     from bridge.infra import statelock
-    from bridge.providers import registry as providers
+    from bridge.providerapi import registry as providers
     from bridge.simulator import Simulator
     from bridge.surface.health import HealthMonitor
     from bridge.surface.routes import serving

@@ -20,7 +20,6 @@ audience = "https://fleet.example.com"   # what the fleet's [fleet.identity] aud
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 import ssl
@@ -29,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from bridge.infra.credential import AttestationUnavailable, EnrollmentPending, IdentitySettings
+from bridge.providerapi import registry
 
 if TYPE_CHECKING:
     from bridge.config import Config
@@ -71,16 +71,19 @@ class Enrollment:
     def identified(self, provider: str, instance: Instance, attest: Attest | None = None) -> None:
         """The watcher named the VM: attest with `provider`'s document from now on."""
         if attest is None:
+            name = registry.named(provider)
             try:
-                module = importlib.import_module(f"bridge.providers.{provider}.identity")
+                attestation: Any = None if name is None else registry.load(name, "identity")
             except ModuleNotFoundError:
+                attestation = None
+            if not callable(attestation):
                 self.problem = f"{provider} has no identity document this bridge can read"
                 log.error("[identity]: %s; nothing is sent to the fleet", self.problem)
                 return
             config = self._config
 
             async def attest(audience: str) -> dict[str, str]:
-                result: dict[str, str] = await module.attestation(config, audience)
+                result: dict[str, str] = await attestation(config, audience)
                 return result
 
         self._attest = attest

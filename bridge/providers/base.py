@@ -3,7 +3,7 @@
 
 The runner, `provider = "auto"` detection, `doctor` and the actions (through an
 `Approver`, for a cloud that can approve) know providers only through this
-interface and `bridge.providers.registry`; everything specific to a cloud (its metadata
+interface and `bridge.providers.plugins`; everything specific to a cloud (its metadata
 paths, headers and quirks, its `[source.<name>]` settings, its simulated metadata service)
 stays in the provider's own folder (docs/architecture.md, "Add a provider").
 """

@@ -13,7 +13,7 @@ import asyncio
 
 from bridge.config import Source
 from bridge.contract import ProviderName
-from bridge.providers import registry
+from bridge.providers import plugins
 
 
 class DetectionError(Exception):
@@ -24,7 +24,7 @@ async def detect(source: Source) -> ProviderName:
     """The provider to watch; `DetectionError` explains why when there is none."""
     if source.provider != "auto":
         return source.provider
-    providers = [registry.get(name) for name in registry.names()]
+    providers = [plugins.get(name) for name in plugins.names()]
     problems = await asyncio.gather(*(provider.probe(source) for provider in providers))
     for provider, problem in zip(providers, problems, strict=True):
         if problem is None:

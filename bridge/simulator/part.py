@@ -4,7 +4,7 @@ scenario steps, behind one small interface.
 The server, the fault middleware, the identity, the scenario files and the control API know
 the simulated clouds only through `SimulatedProvider` and `parts()`; everything a vendor does
 its own way (paths, headers, status codes, error bodies, quirks) lives in the provider's folder
-(`bridge/providers/<name>/simulated/`), found through `bridge.providers.registry`. A part's
+(`bridge/providers/<name>/simulated/`), found through `bridge.providerapi.registry`. A part's
 module imports aiohttp only inside its methods: the scenario files are read by the CLI at
 start-up.
 """
@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from bridge.providers import registry
+from bridge.contract import ProviderName
+from bridge.providerapi import registry
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -162,7 +163,14 @@ class SimulatedProvider(abc.ABC):
 @functools.cache
 def parts() -> tuple[SimulatedProvider, ...]:
     """Every registered provider's part, in the registry's order."""
-    return tuple(registry.simulated(name) for name in registry.names())
+    return tuple(_part(name) for name in registry.names())
+
+
+def _part(name: ProviderName) -> SimulatedProvider:
+    found = registry.load(name, "simulated.part")
+    if not isinstance(found, SimulatedProvider):
+        raise registry.wrong_type(name, "simulated.part", found, "SimulatedProvider")
+    return found
 
 
 def part(name: str) -> SimulatedProvider:

@@ -103,9 +103,9 @@ class Doctor:
 
     async def _metadata(self, provider: ProviderName) -> None:
         """One plain request to the key the bridge watches, with the vendor's header rules."""
-        from bridge.providers import registry
+        from bridge.providers import plugins
 
-        self.findings.append(await registry.get(provider).check_metadata(self.config, self.timeout))
+        self.findings.append(await plugins.get(provider).check_metadata(self.config, self.timeout))
 
     async def _identity_and_notices(self, watcher: Watcher) -> None:
         try:

@@ -23,6 +23,14 @@ async def test_a_provider_without_an_identity_document_is_named() -> None:
         await enrollment.credential()
 
 
+@pytest.mark.parametrize("provider", ["gce", "azure", "aws"])
+def test_each_registered_provider_attests_with_its_own_document(provider: str) -> None:
+    """Found through the provider registry (`identity.py` in the provider's folder)."""
+    enrollment = Enrollment(SETTINGS)
+    enrollment.identified(provider, instance("web-1"))
+    assert enrollment.problem == "the VM is not identified yet"
+
+
 async def test_an_unreachable_fleet_is_named() -> None:
     enrollment = Enrollment(SETTINGS)
 

@@ -10,7 +10,7 @@ are compared case-insensitively (ARM ids are; the token's `xms_mirid` and IMDS's
 from __future__ import annotations
 
 from bridge import contract
-from bridge.providers import registry
+from bridge.providers import plugins as registry
 
 from .model import Attested
 

@@ -6,7 +6,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from bridge.providers.settings import BaseUrl, Positive, ProviderSettings
+from bridge.providerapi.settings import BaseUrl, Positive, ProviderSettings
 
 AWS_DEFAULT_URL: Final = "http://169.254.169.254/"
 

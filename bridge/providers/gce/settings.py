@@ -8,7 +8,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from bridge.providers.settings import BaseUrl, Positive, ProviderSettings
+from bridge.providerapi.settings import BaseUrl, Positive, ProviderSettings
 
 GCE_DEFAULT_URL: Final = "http://metadata.google.internal/computeMetadata/v1/"
 

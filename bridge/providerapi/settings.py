@@ -1,8 +1,9 @@
 """What every provider's `[source.<name>]` table is built from.
 
-A configuration-layer module (tests/test_layers.py), like the providers' own `settings.py`
-files and the registry: `bridge/config.py` assembles `[source]` from them at import, so they
-import only msgspec and `bridge.infra` (no HTTP client: `bridge.config` is on the run path).
+On the floor below the configuration (docs/architecture.md): `bridge/config.py` assembles
+`[source]` from the providers' own `settings.py` files (loaded through the registry), which
+subclass this. So it, and they, import only msgspec and `bridge.infra` (no HTTP client:
+`bridge.config` is on the run path).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Developer scripts run from the repository's root (not part of the package)."""
