@@ -8,16 +8,38 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
 from .scenario import ScenarioError, list_scenarios
 
 if TYPE_CHECKING:
-    from .server import Simulator
+    from .attestation import Signer
+    from .clock import SimClock
+    from .faults import Faults
+    from .requestlog import RequestLog
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ControlledSimulator(Protocol):
+    """What the control API drives of the simulator (`Simulator`, which builds these routes
+    and so is not imported here; see `running` for how mypy checks it)."""
+
+    states: dict[str, Any]
+    redirects_followed: int
+
+    @property
+    def faults(self) -> Faults: ...
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def log(self) -> RequestLog: ...
+    @property
+    def signer(self) -> Signer: ...
+    def state(self) -> dict[str, Any]: ...
+    def load(self, scenario: str | None) -> None: ...
 
 
 def ok(payload: Any = None, status: int = 200) -> web.Response:
@@ -56,7 +78,7 @@ def routes_of(routes: list[tuple[str, str, Handler]]) -> list[web.RouteDef]:
     return [web.route(method, path, guard(handler)) for method, path, handler in routes]
 
 
-def control_routes(sim: Simulator) -> list[web.RouteDef]:
+def control_routes(sim: ControlledSimulator) -> list[web.RouteDef]:
     """The control API's common part; each provider adds its own (`control_routes`) before
     it, as the catch-all for unknown `/_sim/` paths comes last."""
 

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from .clock import SimClock
-    from .faults import FaultSet
-    from .server import Simulator
+    from .running import CountedFaults, RunningSimulator
 
 #: A scenario action's (required, optional) parameters.
 ActionParams = tuple[frozenset[str], frozenset[str]]
@@ -83,11 +82,11 @@ class SimulatedProvider(abc.ABC):
         """The base URL a bridge is configured with (`sim.<name>_url`)."""
         return f"{base_url}/"
 
-    def attributes(self, sim: Simulator) -> dict[str, str]:
+    def attributes(self, sim: RunningSimulator) -> dict[str, str]:
         """The `sim.<...>` attributes it adds (its URL, and what else its users need)."""
         return {f"{self.name}_url": self.url(sim.base_url)}
 
-    def banner(self, sim: Simulator) -> list[str]:
+    def banner(self, sim: RunningSimulator) -> list[str]:
         """The lines `maintenance-bridge simulate` prints about it at start: what it serves
         (`title`, its URL and `first_request`), `hints`, and the bridge's key for the URL."""
         url = self.url(sim.base_url)
@@ -97,7 +96,7 @@ class SimulatedProvider(abc.ABC):
             f"    bridge config: source.{self.name}.{self.url_key} = {url}",
         ]
 
-    def hints(self, sim: Simulator) -> list[str]:
+    def hints(self, sim: RunningSimulator) -> list[str]:
         """Banner lines between the URL and the bridge's key (GCE: the SDKs' variable)."""
         return []
 
@@ -117,12 +116,13 @@ class SimulatedProvider(abc.ABC):
     def load(self, state: Any, table: dict[str, Any]) -> None:
         """Apply a scenario's `[<name>]` table (from `parse_table`) to a clean state."""
 
-    def routes(self, sim: Simulator) -> list[web.RouteDef]:
-        """Its vendor endpoints: `routes(sim)` of the `http` module beside the part."""
+    def routes(self, sim: RunningSimulator) -> list[web.RouteDef]:
+        """Its vendor endpoints: `routes(sim)` of the `http` module beside the part, which
+        is typed with the whole `Simulator` (the server hands itself over)."""
         routes: list[web.RouteDef] = self._http().routes(sim)
         return routes
 
-    def control_routes(self, sim: Simulator) -> list[web.RouteDef]:
+    def control_routes(self, sim: RunningSimulator) -> list[web.RouteDef]:
         """Its part of the control API (`/_sim/<name>/...`): `control_routes(sim)` of the
         `http` module beside the part."""
         routes: list[web.RouteDef] = self._http().control_routes(sim)
@@ -140,11 +140,13 @@ class SimulatedProvider(abc.ABC):
         """The answer over the rate limit."""
         return self.fault_response(429)
 
-    def finish(self, response: web.StreamResponse, faults: FaultSet) -> None:
+    def finish(self, response: web.StreamResponse, faults: CountedFaults) -> None:
         """Every answer's vendor headers (fault answers included)."""
 
     @abc.abstractmethod
-    def execute(self, sim: Simulator, action: str, params: dict[str, Any], at: float) -> None:
+    def execute(
+        self, sim: RunningSimulator, action: str, params: dict[str, Any], at: float
+    ) -> None:
         """Run one of its scenario actions at sim time `at`."""
 
     def skips_warnings(self, state: Any) -> bool:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -21,14 +21,35 @@ from .faults import FaultSet
 from .requestlog import RequestRecord
 
 if TYPE_CHECKING:
+    from .clock import SimClock
+    from .faults import Faults
     from .part import SimulatedProvider
-    from .server import Simulator
+    from .requestlog import RequestLog
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 REDIRECT_TARGET = "/_sim/redirect-target"
 
 
-def provider_of(sim: Simulator, path: str) -> SimulatedProvider | None:
+class FrontedSimulator(Protocol):
+    """What the middleware reads of the simulator it fronts (`Simulator`, which installs it
+    and so is not imported here; see `running` for how mypy checks it)."""
+
+    @property
+    def parts(self) -> Sequence[SimulatedProvider]: ...
+    @property
+    def faults(self) -> Faults: ...
+    @property
+    def log(self) -> RequestLog: ...
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def stopping(self) -> asyncio.Event: ...
+    @property
+    def base_url(self) -> str: ...
+    def serves(self, provider: str) -> bool: ...
+
+
+def provider_of(sim: FrontedSimulator, path: str) -> SimulatedProvider | None:
     """Which served provider answers ``path``: the one claiming its prefix (Azure
     ``/metadata``, AWS ``/latest/``), else the one answering everything else (GCE)."""
     for simulated in sim.parts:
@@ -57,7 +78,7 @@ def _drop(request: web.Request) -> None:
     raise asyncio.CancelledError
 
 
-async def _hang(sim: Simulator, faults: FaultSet, request: web.Request) -> None:
+async def _hang(sim: FrontedSimulator, faults: FaultSet, request: web.Request) -> None:
     while faults.hang and not sim.stopping.is_set():
         stop = asyncio.ensure_future(sim.stopping.wait())
         unhang = asyncio.ensure_future(sim.faults.unhang.wait())
@@ -70,7 +91,7 @@ async def _hang(sim: Simulator, faults: FaultSet, request: web.Request) -> None:
         _drop(request)
 
 
-def vendor_middleware(sim: Simulator) -> Middleware:
+def vendor_middleware(sim: FrontedSimulator) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith("/_sim/"):
@@ -105,7 +126,7 @@ def vendor_middleware(sim: Simulator) -> Middleware:
 
 
 async def _serve(
-    sim: Simulator,
+    sim: FrontedSimulator,
     provider: SimulatedProvider,
     faults: FaultSet,
     request: web.Request,

@@ -14,8 +14,7 @@ from .state import AwsIdentity, AwsQuirks, AwsState
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from bridge.simulator.faults import FaultSet
-    from bridge.simulator.server import Simulator
+    from bridge.simulator.running import CountedFaults, RunningSimulator
 
 
 class SimulatedAws(SimulatedProvider):
@@ -77,10 +76,12 @@ class SimulatedAws(SimulatedProvider):
         response.headers["Retry-After"] = "1"
         return response
 
-    def finish(self, response: web.StreamResponse, faults: FaultSet) -> None:
+    def finish(self, response: web.StreamResponse, faults: CountedFaults) -> None:
         response.headers["Server"] = "EC2ws"
 
-    def execute(self, sim: Simulator, action: str, params: dict[str, Any], at: float) -> None:
+    def execute(
+        self, sim: RunningSimulator, action: str, params: dict[str, Any], at: float
+    ) -> None:
         aws = sim.state_of(self.name, AwsState)
         if action == "aws.spot":
             action_name = str(params.get("spot_action", "terminate"))

@@ -15,7 +15,7 @@ from .state import AzureIdentity, AzureQuirks, AzureState
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from bridge.simulator.server import Simulator
+    from bridge.simulator.running import RunningSimulator
 
 
 class SimulatedAzure(SimulatedProvider):
@@ -91,7 +91,9 @@ class SimulatedAzure(SimulatedProvider):
 
         return json_response(429, {"error": "Too many requests"})
 
-    def execute(self, sim: Simulator, action: str, params: dict[str, Any], at: float) -> None:
+    def execute(
+        self, sim: RunningSimulator, action: str, params: dict[str, Any], at: float
+    ) -> None:
         state = sim.state_of(self.name, AzureState)
         if action == "azure.add":
             state.add_event(**params, at=at)

@@ -15,8 +15,7 @@ from .state import GceIdentity, GceQuirks, GceState
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from bridge.simulator.faults import FaultSet
-    from bridge.simulator.server import Simulator
+    from bridge.simulator.running import CountedFaults, RunningSimulator
 
 HEADERS: Final = {
     "Metadata-Flavor": "Google",
@@ -72,11 +71,11 @@ class SimulatedGce(SimulatedProvider):
     def url(self, base_url: str) -> str:
         return f"{base_url}/computeMetadata/v1/"
 
-    def attributes(self, sim: Simulator) -> dict[str, str]:
+    def attributes(self, sim: RunningSimulator) -> dict[str, str]:
         # `gce_host`: ``host:port``, the form ``GCE_METADATA_HOST`` takes.
         return super().attributes(sim) | {"gce_host": sim.address}
 
-    def hints(self, sim: Simulator) -> list[str]:
+    def hints(self, sim: RunningSimulator) -> list[str]:
         return [f"    export GCE_METADATA_HOST={sim.address}"]
 
     def new_state(self, identity: Any, clock: SimClock, notify: Callable[[], None]) -> GceState:
@@ -98,12 +97,14 @@ class SimulatedGce(SimulatedProvider):
             status=status, body=f"HTTP {status}\n".encode(), headers={"Content-Type": "text/html"}
         )
 
-    def finish(self, response: web.StreamResponse, faults: FaultSet) -> None:
+    def finish(self, response: web.StreamResponse, faults: CountedFaults) -> None:
         response.headers.update(HEADERS)
         if faults.take("missing_vendor_header"):
             del response.headers["Metadata-Flavor"]
 
-    def execute(self, sim: Simulator, action: str, params: dict[str, Any], at: float) -> None:
+    def execute(
+        self, sim: RunningSimulator, action: str, params: dict[str, Any], at: float
+    ) -> None:
         state = sim.state_of(self.name, GceState)
         if action == "gce.set":
             state.set(str(params["key"]), str(params["value"]))
