@@ -129,6 +129,7 @@ class PostgresStore(ReadQueries):
             db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
             for statement in sql.schema(sql.POSTGRES_SERIAL):
                 db.execute(statement)
+            db.execute(sql.ADD_ATTESTED)
             for statement in sql.READ_INDEXES:
                 db.execute(statement)
             tallies.prepare(db, tallies.postgres_ddl(), tallies.POSTGRES_FILL_LOCK, postgres=True)

@@ -56,7 +56,8 @@ def schema(serial: str) -> list[str]:
             agent_version TEXT,
             watcher_healthy INTEGER,
             spool_depth INTEGER,
-            started_at DOUBLE PRECISION
+            started_at DOUBLE PRECISION,
+            attested INTEGER
         )""",
         "CREATE INDEX IF NOT EXISTS instances_name ON instances (name)",
         """CREATE TABLE IF NOT EXISTS notices (
@@ -107,7 +108,15 @@ READ_INDEXES: Final = (
     "CREATE INDEX IF NOT EXISTS instances_order ON instances (name, source)",
     # The page's timeline reads a week of maintenance events, not a week of heartbeats.
     "CREATE INDEX IF NOT EXISTS events_type_time ON events (type, time)",
+    # Instances by attestation (#34): the counts and the `attestation` filter of the list.
+    "CREATE INDEX IF NOT EXISTS instances_attested ON instances (attested, name, source) "
+    "WHERE attested IS NOT NULL",
 )
+
+#: `instances.attested` (#34) for a store created before it: PostgreSQL runs this as is on
+#: every open; SQLite (no `IF NOT EXISTS` there) runs it without when the column is missing.
+#: With versioned migrations this becomes a numbered step.
+ADD_ATTESTED: Final = "ALTER TABLE instances ADD COLUMN IF NOT EXISTS attested INTEGER"
 
 
 INSERT_EVENT: Final = (
@@ -117,9 +126,9 @@ INSERT_EVENT: Final = (
 
 UPSERT_INSTANCE: Final = (
     "INSERT INTO instances (source, provider, name, instance_id, zone, location, project, "
-    "subscription, resource_group, scale_set, resource_id, first_seen, last_seen) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (source) DO UPDATE SET "
+    "subscription, resource_group, scale_set, resource_id, first_seen, last_seen, attested) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (source) DO UPDATE SET attested = excluded.attested, "
     "provider = excluded.provider, name = excluded.name, instance_id = excluded.instance_id, "
     "zone = excluded.zone, location = excluded.location, project = excluded.project, "
     "subscription = excluded.subscription, resource_group = excluded.resource_group, "

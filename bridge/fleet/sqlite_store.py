@@ -30,6 +30,7 @@ from bridge import contract
 from bridge.fleet import bounds, paging, sql, tallies
 from bridge.fleet.state import FINISHED_RANK, RANK, zone_of
 from bridge.fleet.store import (
+    ATTESTATIONS,
     Accepted,
     Batch,
     EventPage,
@@ -80,10 +81,16 @@ NOTICE_ORDER: Final = f"{NOTICE_START}, n.time, n.source, n.notice_id"
 _INSTANCES: Final = (
     "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
     "resource_group, scale_set, resource_id, first_seen, last_seen, last_heartbeat, "
-    "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at "
+    "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at, attested "
     "FROM instances"
 )
 _EVENTS: Final = "SELECT seq, ingest, received_at, body FROM events"
+
+
+#: `instances.attested` (1, 0, NULL) as the API, the page and the metrics name it (#34).
+ATTESTATION: Final = dict(zip((1, 0, None), ATTESTATIONS, strict=True))
+ATTESTED_VALUE: Final = {name: value for value, name in ATTESTATION.items() if value is not None}
+UNCHECKED: Final = ATTESTATION[None]
 
 
 def _epoch(value: Any) -> float:
@@ -157,7 +164,8 @@ def apply(db: Any, batch: Batch) -> IngestResult:
                     item.body.decode(),
                 )
             )
-    db.executemany(sql.UPSERT_INSTANCE, [tuple(row) for row in instances.values()])
+    attested = None if batch.attested is None else int(batch.attested)
+    db.executemany(sql.UPSERT_INSTANCE, [(*row, attested) for row in instances.values()])
     db.executemany(sql.UPDATE_HEARTBEAT, heartbeats)
     db.executemany(sql.UPSERT_NOTICE, notices)
     db.executemany(
@@ -388,6 +396,7 @@ class Reads:
             item = dict(zip(names, row, strict=True))
             if item["watcher_healthy"] is not None:
                 item["watcher_healthy"] = bool(item["watcher_healthy"])
+            item["attestation"] = ATTESTATION[item.pop("attested")]
             result.append(item)
         return result
 
@@ -399,6 +408,8 @@ class Reads:
             ("zone = ?", query.zone),
             (f"{silent_at} < ?", query.now if query.state == "silent" else None),
             (f"{silent_at} >= ?", query.now if query.state == "reporting" else None),
+            ("attested IS NULL", True if query.attestation == UNCHECKED else None),
+            ("attested = ?", ATTESTED_VALUE.get(query.attestation or "")),
         ]
         if query.search:
             # A part of the name (SQLite's LIKE ignores ASCII case; PostgreSQL's adapter
@@ -421,6 +432,20 @@ class Reads:
         for row in page.rows:
             row["notices"] = in_force.get(row["source"], [])
         return page
+
+    @staticmethod
+    def attestation_counts(db: Any) -> dict[str, int]:
+        """Instances attested and unattested (through the partial index `instances_attested`:
+        nothing read while no source checks identity); `unchecked` is the rest of the
+        instances the tallies count."""
+        found = dict.fromkeys(ATTESTATION.values(), 0)
+        for attested, n in db.execute(
+            "SELECT attested, COUNT(*) FROM instances WHERE attested IS NOT NULL GROUP BY attested"
+        ).fetchall():
+            found[ATTESTATION[attested]] = int(n)
+        checked = found["attested"] + found["unattested"]
+        found[UNCHECKED] = Reads.counts(db)["instances"] - checked
+        return found
 
     @staticmethod
     def notice_ids(db: Any, sources: Sequence[str]) -> dict[str, list[str]]:
@@ -606,6 +631,9 @@ class ReadQueries:
     async def instance_counts(self, now: float) -> list[tuple[str, str, str, int, int]]:
         return await self._read(lambda db: Reads.instance_counts(db, now))
 
+    async def attestation_counts(self) -> dict[str, int]:
+        return await self._read(Reads.attestation_counts)
+
 
 class SqliteStore(ReadQueries):
     """`bridge.fleet.store.Store` on a SQLite file (see the module docstring)."""
@@ -638,6 +666,8 @@ class SqliteStore(ReadQueries):
             db.execute("PRAGMA synchronous=FULL")
             for statement in sql.schema(sql.SQLITE_SERIAL):
                 db.execute(statement)
+            if "attested" not in {row[1] for row in db.execute("PRAGMA table_info(instances)")}:
+                db.execute(sql.ADD_ATTESTED.replace(" IF NOT EXISTS", ""))
             for statement in sql.READ_INDEXES:
                 db.execute(statement)
             db.execute("BEGIN IMMEDIATE")
