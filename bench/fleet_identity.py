@@ -16,22 +16,22 @@ best round (a shared host's noise only ever slows a round down).
 from __future__ import annotations
 
 import json
-import secrets
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-import httpx
-
-from bridge.infra.credential import HEADER
+from bench.procs import to_toml
+from bridge.app.fleet_demo import AUDIENCE, identity_table
+from bridge.config import parse_config
+from bridge.infra.credential import HEADER, IdentitySettings
+from bridge.pipeline.enrollment import Enrollment
 from bridge.pipeline.model import Instance, Provider
 from bridge.simulator import Simulator
 from sinks.webhook import BATCH_SIZE
 
-AUDIENCE: Final = "https://fleet.bench.invalid"
 ROUNDS: Final = 2
 #: The ratio the issue asks for: required's rate at least 90 % of off's.
 TARGET_RATIO: Final = 0.9
@@ -64,66 +64,44 @@ def by_instance(bodies: list[bytes]) -> list[tuple[str, list[bytes]]]:
     ]
 
 
-def identity_table(workdir: Path, material: dict[str, object]) -> str:
-    """`[fleet.identity]` trusting the simulator's keys, written as an operator would."""
-    (workdir / "jwks.json").write_text(json.dumps(material["jwks"]))
-    (workdir / "ca.pem").write_text(str(material["ca_pem"]))
-    return (
-        f'[fleet.identity]\naudience = "{AUDIENCE}"\n'
-        f'credential_key = "{secrets.token_urlsafe(32)}"\n'
-        f'gce_jwks = "{workdir}/jwks.json"\nazure_jwks = "{workdir}/jwks.json"\n'
-        f'azure_ca = "{workdir}/ca.pem"\nazure_signer_name = "{material["signer_name"]}"\n'
-    )
-
-
-async def document(sim: Simulator, http: httpx.AsyncClient, vm: Instance) -> dict[str, str]:
-    """The enrollment request of `vm`'s sidecar: the simulator serves `vm`'s identity."""
+def serve_identity(sim: Simulator, vm: Instance) -> str:
+    """Make the simulator serve `vm`'s identity (one VM at a time); its provider's name."""
     if vm.provider is Provider.GCE:
-        sim.identity = sim.identity.replace(
-            "gce",
-            replace(
-                sim.identity.gce,
-                project_id=vm.project,
-                zone=vm.zone,
-                instance_name=vm.name,
-                instance_id=int(vm.id),
-            ),
-        )
-        token = await http.get(
-            f"{sim.gce_url}instance/service-accounts/default/identity",
-            params={"audience": AUDIENCE, "format": "full"},
-            headers={"Metadata-Flavor": "Google"},
-        )
-        token.raise_for_status()
-        return {"method": "gce_iit", "source": vm.source, "document": token.text.strip()}
-    sim.identity = sim.identity.replace(
-        "azure",
-        replace(
-            sim.identity.azure,
-            name=vm.name,
-            vm_id=vm.id,
-            subscription_id=vm.subscription,
-            resource_group_name=vm.resource_group,
-        ),
-    )
-    answer = await http.get(
-        f"{sim.base_url}/metadata/identity/oauth2/token",
-        params={"api-version": "2018-02-01", "resource": AUDIENCE},
-        headers={"Metadata": "true"},
-    )
-    answer.raise_for_status()
-    return {"method": "azure_msi", "source": vm.source, "document": answer.json()["access_token"]}
+        names = {
+            "project_id": vm.project,
+            "zone": vm.zone,
+            "instance_name": vm.name,
+            "instance_id": int(vm.id),
+        }
+    else:
+        names = {
+            "name": vm.name,
+            "vm_id": vm.id,
+            "subscription_id": vm.subscription,
+            "resource_group_name": vm.resource_group,
+        }
+    part = vm.provider.value
+    sim.identity = sim.identity.replace(part, replace(getattr(sim.identity, part), **names))
+    return part
 
 
 async def enroll(sim: Simulator, url: str, vms: list[Instance]) -> dict[str, str]:
-    """Each VM enrolled at the fleet `url`: its credential by source."""
+    """Each VM enrolled at the fleet `url` by the sidecar's own code
+    (`bridge.pipeline.enrollment`: its cloud's document read from the simulator, posted to
+    `POST /v1/enroll`): its credential by source."""
+    configs = {
+        "gce": parse_config({"source": {"provider": "gce", "gce": {"metadata_url": sim.gce_url}}}),
+        "azure": parse_config(
+            {"source": {"provider": "azure", "azure": {"imds_url": sim.azure_url}}}
+        ),
+    }
+    settings = IdentitySettings(enroll_url=f"{url}/v1/enroll", audience=AUDIENCE)
     credentials: dict[str, str] = {}
-    async with httpx.AsyncClient(timeout=30) as http:
-        for vm in vms:
-            answer = await http.post(f"{url}/v1/enroll", json=await document(sim, http, vm))
-            if answer.status_code != 200:
-                raise RuntimeError(f"enrollment of {vm.name}: {answer.status_code} {answer.text}")
-            credentials[vm.source] = answer.json()["credential"]
+    for vm in vms:
+        part = serve_identity(sim, vm)
+        sidecar = Enrollment(settings, configs[part])
+        sidecar.identified(part, vm)
+        credentials[vm.source] = await sidecar.credential()
     return credentials
 
 
@@ -140,12 +118,15 @@ async def compare(
     """Both arms, alternating over `ROUNDS` rounds, each into a new fleet service."""
     batches = by_instance(bodies)
     best = {"off": 0.0, "required": 0.0}
-    async with _simulator() as (sim, material):
+    async with Simulator(provider="both") as sim:
+        sim.faults.set("azure", rate_limit=False)
         for round_ in range(ROUNDS):
             for arm in ("off", "required"):
                 folder = workdir / f"identity-{arm}-{round_}"
                 folder.mkdir()
-                extra = identity_table(folder, material) if arm == "required" else ""
+                # `[fleet.identity]` trusting the simulator's keys, as the demo's fleet does
+                table = {"fleet.identity": identity_table(folder, sim.signer)}
+                extra = to_toml(table) if arm == "required" else ""
                 async with start(folder, extra, arm) as url:
                     credentials: dict[str, str] = {}
                     if arm == "required":
@@ -158,13 +139,3 @@ async def compare(
                     print(f"[bench.fleet] identity {arm}, round {round_ + 1}", file=sys.stderr)
                     best[arm] = max(best[arm], await post_all(url, posts, len(bodies)))
     return Arms(best["off"], best["required"], len(batches), len(vms))
-
-
-@asynccontextmanager
-async def _simulator() -> AsyncIterator[tuple[Simulator, dict[str, object]]]:
-    """The simulator whose signed documents the sidecars present, and its trust material."""
-    async with Simulator(provider="both") as sim:
-        sim.faults.set("azure", rate_limit=False)
-        async with httpx.AsyncClient(timeout=10) as plain:
-            material = (await plain.get(f"{sim.base_url}/_sim/identity/trust")).json()
-        yield sim, material

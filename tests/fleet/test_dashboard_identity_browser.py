@@ -7,24 +7,19 @@ filters by identity in its form, and shows each instance's identity on its page.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
-import secrets
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final
 
 import httpx
 import pytest
 from playwright.async_api import BrowserContext, ConsoleMessage, expect
 
-from bridge.app.fleet_demo import AUDIENCE, vm_bridge
-from bridge.fleet.service import FleetService
+from bridge.app.fleet_demo import identity_table
 from bridge.simulator import Simulator
 from bridge.simulator.attestation import Signer
 from tests.fleet.chromium import browser
 from tests.fleet.conftest import SECRET, FleetFactory
+from tests.fleet.test_dashboard_browser import sidecars
 from tests.support import eventually
 
 __all__ = ["browser"]  # the fixture, imported to be found
@@ -33,44 +28,6 @@ pytestmark = pytest.mark.slow
 
 WAIT: Final = 30_000
 expect.set_options(timeout=WAIT)
-
-
-def identity_table(root: Path, signer: Signer) -> dict[str, str]:
-    """`[fleet.identity]` trusting the simulators' signer, as an operator writes it."""
-    material = signer.trust()
-    (root / "jwks.json").write_text(json.dumps(material["jwks"]))
-    (root / "ca.pem").write_text(material["ca_pem"])
-    return {
-        "audience": AUDIENCE,
-        "credential_key": secrets.token_urlsafe(32),
-        "gce_jwks": str(root / "jwks.json"),
-        "azure_jwks": str(root / "jwks.json"),
-        "azure_ca": str(root / "ca.pem"),
-        "azure_signer_name": material["signer_name"],
-    }
-
-
-@contextlib.asynccontextmanager
-async def sidecars(
-    service: FleetService, root: Path, *vms: tuple[Literal["gce", "azure"], Simulator, str, bool]
-) -> AsyncIterator[None]:
-    """One real bridge per simulated VM; the last item says whether it enrolls."""
-    stops, tasks = [], []
-    for provider, sim, name, enroll in vms:
-        source: dict[str, Any] = (
-            {"metadata_url": sim.gce_url}
-            if provider == "gce"
-            else {"imds_url": sim.azure_url, "poll_interval": 0.5}
-        )
-        bridge = vm_bridge(provider, source, root / name, service.url, SECRET, enroll=enroll)
-        stops.append(asyncio.Event())
-        tasks.append(asyncio.create_task(bridge.run(stops[-1])))
-    try:
-        yield
-    finally:
-        for stop in stops:
-            stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def attestation_counts(url: str, attested: int, unattested: int) -> None:
@@ -95,7 +52,7 @@ async def test_the_page_shows_which_instances_are_attested(
     ):
         web1.signer = db1.signer = signer
         async with sidecars(
-            service, tmp_path, ("gce", web1, "web-1", True), ("azure", db1, "db-1", False)
+            service, tmp_path, ("gce", web1, "web-1"), ("azure", db1, "db-1"), enrolled={"web-1"}
         ):
             await attestation_counts(service.url, attested=1, unattested=1)
 
