@@ -105,12 +105,13 @@ async def about(request: web.Request) -> tuple[str, str]:
 
 def _events(body: bytes) -> list[_Attributes]:
     """The attributes of the event(s) `body` holds, as far as they can be read (none from
-    a body too large to parse here, not JSON, or too deep for the decoder)."""
+    a body too large to parse here, not JSON, not UTF-8 in a string - msgspec raises
+    UnicodeDecodeError for that - or too deep for the decoder)."""
     if len(body) > PARSED_BODY:
         return []
     try:
         decoded = _ONE_OR_MANY.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError):
         return []
     return decoded if isinstance(decoded, list) else [decoded]
 
