@@ -19,9 +19,9 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from bench.procs import to_toml
 from bridge.app.fleet_demo import AUDIENCE, identity_table
@@ -32,14 +32,15 @@ from bridge.pipeline.model import Instance, Provider
 from bridge.simulator import Simulator
 from sinks.webhook import BATCH_SIZE
 
+#: Rounds per arm, alternating; each arm reports its best.
 ROUNDS: Final = 2
 #: The ratio the issue asks for: required's rate at least 90 % of off's.
 TARGET_RATIO: Final = 0.9
 
 
-@dataclass(frozen=True)
-class Arms:
-    """Events per second of each arm's best round, and the posts each round made."""
+class Arms(NamedTuple):
+    """Events per second of each arm's best round; the posts of a round (the events
+    grouped by VM) and the VMs enrolled before the `required` ones."""
 
     off: float
     required: float
