@@ -11,6 +11,10 @@ SQLite store, one signed `http` source) as in production:
   filtered by instance and by zone) and `GET /v1/fleet/eligible` (three candidates), one
   request at a time over a keep-alive connection, p50 and p99.
 - Memory: the service's peak RSS.
+- Identity (#34): the same signed batches, grouped by VM, into a fleet with
+  `identity = "required"` (enrolled sidecars, each post with its instance credential) and
+  one with `identity = "off"`, side by side (`bench.fleet_identity`); the target is a rate
+  with identity at least 90 % of the rate without.
 
 Writes `fleet.md` in `--out` (default bench/results). Targets (issue 19): ingest >= 5,000
 events/s on 2 cores; both endpoints p99 < 50 ms at 10,000 instances / 100,000 events. The
@@ -38,6 +42,7 @@ from typing import Any, Protocol
 import httpx
 import psutil
 
+from bench import fleet_identity
 from bench.fleet_workload import heartbeat
 from bench.procs import ROOT, Proc, spawn
 from bench.stats import Summary, summarize
@@ -111,11 +116,14 @@ def _transition(
     return serialize(to_cloudevent(notice))
 
 
-async def start_fleet(workdir: Path, port: int) -> Proc:
+async def start_fleet(workdir: Path, port: int, extra: str = "", identity: str = "off") -> Proc:
+    """`maintenance-bridge fleet` on `port`, its store in `workdir`; `extra` TOML tables
+    (`[fleet.identity]`) and the source's `identity` mode for the identity arm."""
     config = workdir / "fleet.toml"
     config.write_text(
         f'[fleet.listener]\nport = {port}\n[fleet.store]\nurl = "sqlite://{workdir}/fleet.db"\n'
-        f'[[fleet.sources]]\ntype = "http"\nsecrets = ["{SECRET}"]\n'
+        f'{extra}[[fleet.sources]]\ntype = "http"\nsecrets = ["{SECRET}"]\n'
+        f'identity = "{identity}"\n'
     )
     proc = await spawn("fleet", ["-m", "bridge", "fleet", "--config", str(config)], workdir)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
@@ -134,26 +142,45 @@ async def start_fleet(workdir: Path, port: int) -> Proc:
 async def ingest(url: str, bodies: list[bytes]) -> float:
     """Post `bodies` in webhook-sink batches from SENDERS senders; events per second."""
     batches = [bodies[i : i + BATCH_SIZE] for i in range(0, len(bodies), BATCH_SIZE)]
+    return await post_batches(url, [(batch, {}) for batch in batches], len(bodies))
+
+
+async def post_batches(
+    url: str, batches: list[tuple[list[bytes], dict[str, str]]], events: int
+) -> float:
+    """Post each batch (its events, and headers of its own: an instance credential) signed
+    as the webhook sink signs, from SENDERS senders; `events` per second."""
     key = signing.standard_key(SECRET)
-    queue: asyncio.Queue[list[bytes]] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[list[bytes], dict[str, str]]] = asyncio.Queue()
     for batch in batches:
         queue.put_nowait(batch)
 
     async def sender() -> None:
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             while not queue.empty():
-                batch = queue.get_nowait()
+                batch, extra = queue.get_nowait()
                 body = b"[" + b",".join(batch) + b"]"
                 msg_id = f"batch-{id(batch)}"
                 headers = signing.standard_headers(msg_id, int(time.time()), body, [key])
                 headers["content-type"] = "application/cloudevents-batch+json"
-                answer = await http.post("/v1/events", content=body, headers=headers)
+                answer = await http.post("/v1/events", content=body, headers=headers | extra)
                 if answer.status_code != 200:
                     raise RuntimeError(f"ingest answered {answer.status_code}: {answer.text}")
 
     started = time.monotonic()
     await asyncio.gather(*(sender() for _ in range(SENDERS)))
-    return len(bodies) / (time.monotonic() - started)
+    return events / (time.monotonic() - started)
+
+
+@contextlib.asynccontextmanager
+async def fleet_at(workdir: Path, extra: str, identity: str) -> AsyncIterator[str]:
+    """A fleet service (`start_fleet`) on a free port: its URL; stopped on the way out."""
+    port = free_port()
+    proc = await start_fleet(workdir, port, extra, identity)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await proc.stop()
 
 
 async def latency(
@@ -270,7 +297,10 @@ async def run(sizes: Sizes, workdir: Path) -> str:
         counts = await store_counts(url)
         rss = proc.peak_rss_mb()
         cpu = proc.cpu_seconds()
-    return render(sizes, rate, rows, counts, rss, cpu)
+    bodies = fleet_events(sizes, datetime.now(UTC))
+    vms = [_vm(index) for index in range(sizes.instances)]
+    arms = await fleet_identity.compare(bodies, vms, workdir, fleet_at, post_batches)
+    return render(sizes, rate, rows, counts, rss, cpu, arms)
 
 
 def render(
@@ -280,6 +310,7 @@ def render(
     counts: dict[str, int],
     rss: float,
     cpu: float,
+    arms: fleet_identity.Arms,
 ) -> str:
     lines = [
         "# Fleet service benchmark",
@@ -302,6 +333,12 @@ def render(
                     )
                     for label, summary, _size in rows
                 ),
+                (
+                    "ingest with identity required >= "
+                    f"{fleet_identity.TARGET_RATIO:.0%} of the rate with it off",
+                    f"{arms.ratio:.1%} ({arms.required:,.0f} vs {arms.off:,.0f} events/s)",
+                    arms.ratio >= fleet_identity.TARGET_RATIO,
+                ),
             ]
         ),
     ]
@@ -316,6 +353,22 @@ def render(
         lines.append(
             f"| {label} | {summary.p50:.1f} | {summary.p99:.1f} | {summary.max:.1f} | {size:,} |"
         )
+    lines += [
+        "",
+        "## Identity required vs off",
+        "",
+        "The same signed batches, grouped by VM as each sidecar posts its own events "
+        f"({arms.posts:,} posts of at most {BATCH_SIZE}), into a new fleet service with "
+        '`identity = "off"` and one with `identity = "required"` whose '
+        f"{arms.enrolled:,} sidecars enrolled first (not timed) and send their credential with "
+        f"every post; best of {fleet_identity.ROUNDS} alternating rounds each.",
+        "",
+        "| identity | events/s |",
+        "| --- | --- |",
+        f"| off | {arms.off:,.0f} |",
+        f"| required | {arms.required:,.0f} |",
+        f"| required / off | {arms.ratio:.1%} |",
+    ]
     lines += [
         "",
         "## Store and process",

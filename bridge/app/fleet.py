@@ -132,6 +132,7 @@ async def print_status(store: Store, out: IO[str]) -> int:
         out,
     )
     _table("instances by provider", sorted(instances["by_provider"].items()), out)
+    _table("instances by attestation", sorted(instances["by_attestation"].items()), out)
     out.write(f"\nnotices in force: {notices['total']}\n")
     for key in ("provider", "zone", "kind", "status"):
         _table(f"notices in force by {key}", sorted(notices[f"by_{key}"].items()), out)

@@ -47,8 +47,9 @@ HEARTBEAT_INTERVAL = 10.0
 AUDIENCE = "maintenance-bridge-demo-fleet"
 
 
-def _trust(root: Path, signer: Any) -> dict[str, str]:
-    """The simulators' trust material as the files `[fleet.identity]` names."""
+def identity_table(root: Path, signer: Any) -> dict[str, str]:
+    """`[fleet.identity]` trusting the simulators' `signer`, its trust material written to
+    files in `root` as an operator would (the demo; tests of a fleet with identity)."""
     material = signer.trust()
     (root / "jwks.json").write_text(json.dumps(material["jwks"]))
     (root / "ca.pem").write_text(material["ca_pem"])
@@ -115,7 +116,7 @@ async def run_demo(args: argparse.Namespace) -> int:
                 "fleet": {
                     "listener": {"port": 0},
                     "store": {"url": f"sqlite://{root / 'fleet.sqlite3'}"},
-                    "identity": _trust(root, signer),
+                    "identity": identity_table(root, signer),
                     "sources": [{"type": "http", "secrets": [secret], "identity": "required"}],
                 }
             }

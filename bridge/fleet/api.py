@@ -6,13 +6,15 @@
   soonest first (`within`: seconds or `90m`, `24h`, `7d`; default 24h); scheduled ones with
   no known time are listed apart under `time_unknown`.
 - `GET /v1/fleet/instances`: instances by name, `reporting`, `silent` or `retired`, with the
-  ids of their notices in force (filters `state`, `provider`, `zone`, `q`);
+  ids of their notices in force and whether their latest events were attested (filters
+  `state`, `provider`, `zone`, `q`, `attestation`);
   `GET /v1/fleet/instances/{name or source}` one of them (404 when unknown).
 - `GET /v1/fleet/eligible?instance=a&instance=b&horizon=3600`: each candidate eligible or
   not and why, `preferred` the first eligible one in the order given; 200 when one is, 503
   when none is (so `curl -f` fails) - see docs/fleet.md for etcd, Consul and Lease recipes.
 - `GET /v1/fleet/summary`: counts by provider, zone, kind, status; instances by state,
-  provider and sidecar version (`by_version`, to follow a rollout).
+  provider, sidecar version (`by_version`, to follow a rollout) and attestation
+  (`by_attestation`, to follow a move to `identity = "required"`).
 - `GET /v1/fleet/events?instance=&type=&since=&until=&cursor=&limit=`: the audit log as a
   CloudEvents batch (`application/cloudevents-batch+json`), the exact bytes received; the
   next page's cursor is in `Fleet-Next-Cursor` and a `Link: <...>; rel="next"` header.
@@ -49,7 +51,14 @@ from bridge.fleet.config import FleetApi
 from bridge.fleet.metrics import IngestStats
 from bridge.fleet.paging import DEFAULT_PAGE_SIZE, BadCursor
 from bridge.fleet.sources.base import Source
-from bridge.fleet.store import EventQuery, InstanceQuery, NoticeFilter, Store, StoreError
+from bridge.fleet.store import (
+    ATTESTATIONS,
+    EventQuery,
+    InstanceQuery,
+    NoticeFilter,
+    Store,
+    StoreError,
+)
 from bridge.infra.timeparse import TimeParseError, parse_time
 
 BATCH_CONTENT_TYPE: Final = "application/cloudevents-batch+json"
@@ -173,6 +182,7 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
             **states,
             "by_provider": dict(providers),
             "by_version": rollout.by_version_counts(rows),
+            "by_attestation": await store.attestation_counts(),
         },
         "notices_in_force": {"total": total, **{f"by_{k}": dict(v) for k, v in by.items()}},
         "store": counts,
@@ -342,6 +352,7 @@ class FleetApiRoutes:
                 cursor=cursor,
                 limit=limit,
                 now=now,
+                attestation=choice(query, "attestation", ATTESTATIONS),
             )
         )
         result = []

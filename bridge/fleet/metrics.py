@@ -154,6 +154,7 @@ async def _store_figures(out: Exposition, store: Store) -> None:
     notices = await store.notice_counts()
     instances = await store.instance_counts(time.time())  # kept counts, no pass over rows
     counts: dict[str, Any] = await store.counts()
+    attestation = await store.attestation_counts()
     out.add(
         "fleet_notices_in_force",
         "gauge",
@@ -177,6 +178,13 @@ async def _store_figures(out: Exposition, store: Store) -> None:
         "Instances known to the fleet, by state (silent: 3 heartbeat intervals missed; "
         "retired: not heard from for [fleet.retention] retire_after_days).",
         (({"state": state}, n) for state, n in sorted(states.items())),
+    )
+    out.add(
+        "fleet_instances_attestation",
+        "gauge",
+        "Instances by whether their latest stored events carried a verified instance "
+        "credential (unchecked: their source checks no identity).",
+        (({"attestation": state}, n) for state, n in sorted(attestation.items())),
     )
     out.add(
         "fleet_store_rows",

@@ -150,6 +150,20 @@ _OWNERS: Final = (
 )
 
 
+def _attested(db: Any, dialect: Dialect) -> None:
+    """Per instance: were its latest events attested (#34; 1, 0, or NULL where no source
+    checks identity), and the partial index the counts and the list's filter read. The
+    column is added only where it is missing, so the step can be run again."""
+    if dialect is POSTGRES:
+        db.execute("ALTER TABLE instances ADD COLUMN IF NOT EXISTS attested INTEGER")
+    elif "attested" not in {row[1] for row in db.execute("PRAGMA table_info(instances)")}:
+        db.execute("ALTER TABLE instances ADD COLUMN attested INTEGER")
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS instances_attested ON instances (attested, name, source) "
+        "WHERE attested IS NOT NULL"
+    )
+
+
 def _partition_audit_log(db: Any, dialect: Dialect) -> None:
     """PostgreSQL only: the audit log partitioned by month, idempotence in `event_keys`
     (`bridge.fleet.partitions`). SQLite deletes in batches instead and keeps its table."""
@@ -176,6 +190,7 @@ STEPS: Final[tuple[Step, ...]] = (
     Step(4, "Event Hubs partition ownership shared by replicas", _OWNERS, _OWNERS),
     Step(5, "indexes of the paged lists", sql.READ_INDEXES, sql.READ_INDEXES),
     Step(6, "counts kept as events arrive", run=_tallies),
+    Step(7, "instances: whether their latest events were attested", run=_attested),
 )
 LATEST: Final = STEPS[-1].version
 

@@ -21,6 +21,7 @@ from bridge import contract
 from bridge.fleet import paging, tallies
 from bridge.fleet.state import FINISHED_RANK
 from bridge.fleet.store import (
+    ATTESTATIONS,
     EventPage,
     EventQuery,
     InstanceQuery,
@@ -66,9 +67,14 @@ _INSTANCES: Final = (
     "SELECT source, provider, name, instance_id, zone, location, project, subscription, "
     "resource_group, scale_set, resource_id, first_seen, last_seen, last_heartbeat, "
     "heartbeat_interval, agent_version, watcher_healthy, spool_depth, started_at, "
-    "retired_at FROM instances"
+    "retired_at, attested FROM instances"
 )
 _EVENTS: Final = "SELECT seq, ingest, received_at, body FROM events"
+
+#: `instances.attested` (1, 0, NULL) as the API, the page and the metrics name it (#34).
+ATTESTATION: Final = dict(zip((1, 0, None), ATTESTATIONS, strict=True))
+ATTESTED_VALUE: Final = {name: value for value, name in ATTESTATION.items() if value is not None}
+UNCHECKED: Final = ATTESTATION[None]
 
 
 def _rfc3339(value: float | None) -> str | None:
@@ -234,6 +240,7 @@ class Reads:
             item = dict(zip(names, row, strict=True))
             if item["watcher_healthy"] is not None:
                 item["watcher_healthy"] = bool(item["watcher_healthy"])
+            item["attestation"] = ATTESTATION[item.pop("attested")]
             result.append(item)
         return result
 
@@ -248,6 +255,8 @@ class Reads:
             ("retired_at IS NULL", True if query.state in ("silent", "reporting") else None),
             (f"{silent_at} < ?", query.now if query.state == "silent" else None),
             (f"{silent_at} >= ?", query.now if query.state == "reporting" else None),
+            ("attested IS NULL", True if query.attestation == UNCHECKED else None),
+            ("attested = ?", ATTESTED_VALUE.get(query.attestation or "")),
         ]
         if query.search:
             # A part of the name (SQLite's LIKE ignores ASCII case; PostgreSQL's adapter
@@ -270,6 +279,20 @@ class Reads:
         for row in page.rows:
             row["notices"] = in_force.get(row["source"], [])
         return page
+
+    @staticmethod
+    def attestation_counts(db: Any) -> dict[str, int]:
+        """Instances attested and unattested (through the partial index `instances_attested`:
+        nothing read while no source checks identity); `unchecked` is the rest of the
+        instances the tallies count."""
+        found = dict.fromkeys(ATTESTATION.values(), 0)
+        for attested, n in db.execute(
+            "SELECT attested, COUNT(*) FROM instances WHERE attested IS NOT NULL GROUP BY attested"
+        ).fetchall():
+            found[ATTESTATION[attested]] = int(n)
+        checked = found["attested"] + found["unattested"]
+        found[UNCHECKED] = Reads.counts(db)["instances"] - checked
+        return found
 
     @staticmethod
     def notice_ids(db: Any, sources: Sequence[str]) -> dict[str, list[str]]:
@@ -431,3 +454,6 @@ class ReadQueries:
 
     async def instance_counts(self, now: float) -> list[tuple[str, str, str, int, int]]:
         return await self._read(lambda db: Reads.instance_counts(db, now))
+
+    async def attestation_counts(self) -> dict[str, int]:
+        return await self._read(Reads.attestation_counts)

@@ -120,9 +120,9 @@ INSERT_EVENT: Final = (
 
 UPSERT_INSTANCE: Final = (
     "INSERT INTO instances (source, provider, name, instance_id, zone, location, project, "
-    "subscription, resource_group, scale_set, resource_id, first_seen, last_seen) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (source) DO UPDATE SET "
+    "subscription, resource_group, scale_set, resource_id, first_seen, last_seen, attested) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (source) DO UPDATE SET attested = excluded.attested, "
     "provider = excluded.provider, name = excluded.name, instance_id = excluded.instance_id, "
     "zone = excluded.zone, location = excluded.location, project = excluded.project, "
     "subscription = excluded.subscription, resource_group = excluded.resource_group, "

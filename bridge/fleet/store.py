@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 from bridge import contract
 from bridge.fleet.paging import Page
@@ -86,6 +86,10 @@ class Batch:
     accepted: Sequence[Accepted] = ()
     refused: Sequence[Refused] = ()
     checkpoints: Mapping[str, str] = field(default_factory=dict)
+    #: Whether the events came with a verified instance credential (#34): True, False (a
+    #: source with `identity = "optional"` got none), None (the source checks no identity).
+    #: Kept per instance (`attestation`) from its latest batch, in arrival order.
+    attested: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,11 @@ class NoticeFilter:
     search: str | None = None
 
 
+#: An instance's `attestation` (#34): its latest stored batch came with a verified instance
+#: credential, with none (an `optional` source), or from a source that checks no identity.
+ATTESTATIONS: Final = ("attested", "unattested", "unchecked")
+
+
 @dataclass(frozen=True, slots=True)
 class InstanceQuery:
     """`/v1/fleet/instances` and the page: a page of instances by (name, source) after
@@ -125,6 +134,8 @@ class InstanceQuery:
     cursor: str | None = None
     limit: int = 500
     now: float = 0.0
+    #: `attested`, `unattested` or `unchecked` (what the instance's latest batch was, #34).
+    attestation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +234,9 @@ class Store(Protocol):
         """(provider, sidecar version, zone or "", instances, of which silent at `now`), from
         the tallies and the index of when each instance turns silent (never a pass over every
         row)."""
+
+    async def attestation_counts(self) -> dict[str, int]:
+        """Instances by `attestation`: attested, unattested, unchecked (#34)."""
 
     async def transaction(self, fn: Callable[[Any], T]) -> T:
         """`fn(db)` in one write transaction, `db.execute(sql, params)` taking the `?` SQL

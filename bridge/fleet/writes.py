@@ -92,7 +92,8 @@ def apply(db: Any, batch: Batch, insert_events: EventWriter | None = None) -> In
                     item.body.decode(),
                 )
             )
-    db.executemany(sql.UPSERT_INSTANCE, [tuple(row) for row in instances.values()])
+    attested = None if batch.attested is None else int(batch.attested)
+    db.executemany(sql.UPSERT_INSTANCE, [(*row, attested) for row in instances.values()])
     db.executemany(sql.UPDATE_HEARTBEAT, heartbeats)
     db.executemany(sql.UPSERT_NOTICE, notices)
     db.executemany(

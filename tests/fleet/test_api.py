@@ -133,6 +133,8 @@ async def test_summary_counts_by_provider_zone_kind_status(api: httpx.AsyncClien
         "retired": 0,
         "by_provider": None,
         "by_version": None,
+        # a fleet without [fleet.identity]: no instance's events are checked
+        "by_attestation": {"attested": 0, "unattested": 0, "unchecked": 5},
     }
     versions = body["instances"]["by_version"].values()  # tests/fleet/test_rollout.py
     assert sum(row["total"] for row in versions) == 5

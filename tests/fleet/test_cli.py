@@ -63,6 +63,8 @@ async def test_status_prints_the_summary_as_tables(tmp_path: Path) -> None:
     lines = [line.split() for line in done.stdout.splitlines()]
     assert ["azure", "1"] in lines
     assert ["notices_in_force", "2"] in lines
+    assert "instances by attestation" in done.stdout  # a fleet checking no identity:
+    assert ["unchecked", str(len({json.loads(e)["source"] for e in EVENTS}))] in lines
 
 
 async def test_export_writes_every_event_as_received_in_jsonl_and_csv(tmp_path: Path) -> None:

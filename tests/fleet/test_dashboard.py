@@ -324,3 +324,27 @@ def test_a_large_zone_stays_a_small_timeline() -> None:
     assert per_instance.count('class="row"') == render.MAX_TIMELINE_ROWS
     assert "/instances/vm-zzz" in per_instance  # a notice in force: drawn first
     assert f"{301 - render.MAX_TIMELINE_ROWS} more rows not drawn" in per_instance
+
+
+async def test_without_identity_the_page_shows_a_dash_and_no_attestation_counts(
+    web: httpx.AsyncClient,
+) -> None:
+    """A fleet whose sources check no identity: each instance's identity is "—" (unchecked),
+    the headline has no attested/unattested counts and the form no identity filter; the
+    filter still answers, and a bad value is 400 naming it."""
+    found = await page(web, "/?q=db")
+    assert found.tables["found"][0][5] == "Identity"
+    assert {row[0]: row[5] for row in found.body("found")} == {"db-1": "—", "db-2": "—"}
+    text = (await web.get("/")).text
+    assert 'id="attested"' not in text
+    assert 'id="f-attestation"' not in text
+    unchecked = await page(web, "/?attestation=unchecked")
+    assert len(unchecked.body("found")) == 5
+    assert "found-empty" in (await page(web, "/?attestation=attested")).ids
+    bad = await web.get("/?attestation=maybe")
+    assert bad.status_code == 400
+    assert bad.json()["error"].startswith("attestation: expected one of attested")
+    instance = (await web.get("/instances/db-1")).text
+    assert '<dd id="attestation"><span class="muted" title="identity not checked">—</span>' in (
+        instance
+    )

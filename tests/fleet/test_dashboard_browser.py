@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -42,9 +42,13 @@ expect.set_options(timeout=WAIT)
 
 @contextlib.asynccontextmanager
 async def sidecars(
-    service: FleetService, root: Path, *sims: tuple[Literal["gce", "azure"], Simulator, str]
+    service: FleetService,
+    root: Path,
+    *sims: tuple[Literal["gce", "azure"], Simulator, str],
+    enrolled: Collection[str] = (),
 ) -> AsyncIterator[None]:
-    """One real bridge per simulated VM, posting to the fleet's POST /v1/events."""
+    """One real bridge per simulated VM, posting to the fleet's POST /v1/events; those
+    named in `enrolled` enroll first (instance identity) and post with their credential."""
     bridges = []
     for provider, sim, name in sims:
         source: dict[str, Any] = (
@@ -52,8 +56,9 @@ async def sidecars(
             if provider == "gce"
             else {"imds_url": sim.azure_url, "poll_interval": 0.5}
         )
+        enroll = name in enrolled
         bridges.append(
-            fleet_bridge(provider, source, root / name, service.url, SECRET, enroll=False)
+            fleet_bridge(provider, source, root / name, service.url, SECRET, enroll=enroll)
         )
     stops = [asyncio.Event() for _ in bridges]
     tasks = [asyncio.create_task(b.run(s)) for b, s in zip(bridges, stops, strict=True)]

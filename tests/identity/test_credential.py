@@ -29,6 +29,32 @@ def test_a_credential_names_its_instance_and_fits_a_bus_attribute() -> None:
     assert credentials.check(issued.token) == VM  # remembered
 
 
+def test_a_credential_this_fleet_issued_is_known_without_decoding_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sidecar's first post after enrolling costs no decode on the replica that issued
+    its credential (PyJWT's checks are most of what identity costs a small post); another
+    replica, sharing the key, decodes it once."""
+    import jwt
+
+    issuer = Credentials(b"k" * 32, "https://fleet", 3600)
+    replica = Credentials(b"k" * 32, "https://fleet", 3600)
+    token = issuer.issue(VM).token
+    decode = jwt.decode
+    decoded: list[str] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        decoded.append(str(args[0]))
+        return decode(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jwt, "decode", counted)
+    assert issuer.check(token) == VM
+    assert decoded == []
+    assert replica.check(token) == VM
+    assert replica.check(token) == VM
+    assert decoded == [token]
+
+
 def test_forged_foreign_and_expired_credentials_are_refused() -> None:
     now = [time.time()]
     credentials = Credentials(b"k" * 32, "https://fleet", 3600, clock=lambda: now[0])

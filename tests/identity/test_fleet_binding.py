@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.infra.credential import HEADER
 from bridge.pipeline.model import Instance, Provider
@@ -315,6 +316,59 @@ async def test_optional_identity_takes_unattested_events_and_still_checks_creden
     assert (await post(optional_fleet, heartbeat(own, NOW, sequence=2), credential)).is_success
     (row,) = (await optional_fleet.get("/v1/fleet/identity")).json()["instances"]
     assert row["last_event_attested"] is True
+
+
+def attestation_gauge(metrics: str) -> dict[str, float]:
+    """`fleet_instances_attestation` by its label, read with prometheus_client's parser."""
+    (family,) = (
+        f
+        for f in text_string_to_metric_families(metrics)
+        if f.name == "fleet_instances_attestation"
+    )
+    assert family.type == "gauge"
+    return {s.labels["attestation"]: s.value for s in family.samples}
+
+
+async def test_optional_identity_shows_per_instance_whether_its_events_are_attested(
+    sim: Simulator, optional_fleet: httpx.AsyncClient
+) -> None:
+    """What an operator migrating to `required` watches: each instance attested or not
+    (from the store: every replica and a restarted one agree), counted in the summary and
+    in a gauge, and a filter that lists the ones still to move."""
+    fleet = optional_fleet
+    gce, azure = vm_of(sim, "gce"), vm_of(sim, "azure")
+    assert (await post(fleet, heartbeat(azure, NOW), None)).status_code == 200
+    credential = (await enroll(fleet, sim, "gce_iit")).json()["credential"]
+    assert (await post(fleet, heartbeat(gce, NOW), credential)).status_code == 200
+
+    listed = (await fleet.get("/v1/fleet/instances")).json()["instances"]
+    assert {row["source"]: row["attestation"] for row in listed} == {
+        gce.source: "attested",
+        azure.source: "unattested",
+    }
+    one = (await fleet.get(f"/v1/fleet/instances/{azure.source}")).json()
+    assert one["attestation"] == "unattested"
+    still = (await fleet.get("/v1/fleet/instances?attestation=unattested")).json()
+    assert [row["source"] for row in still["instances"]] == [azure.source]
+    bad = await fleet.get("/v1/fleet/instances?attestation=maybe")
+    assert bad.status_code == 400
+    assert bad.json()["error"].startswith("attestation")
+    summary = (await fleet.get("/v1/fleet/summary")).json()["instances"]
+    assert summary["by_attestation"] == {"attested": 1, "unattested": 1, "unchecked": 0}
+    assert attestation_gauge((await fleet.get("/metrics")).text) == {
+        "attested": 1.0,
+        "unattested": 1.0,
+        "unchecked": 0.0,
+    }
+
+    # The Azure sidecar enrolls too: the fleet may now switch to `required`.
+    azure_credential = (await enroll(fleet, sim, "azure_msi")).json()["credential"]
+    moved = await post(fleet, heartbeat(azure, NOW, sequence=1), azure_credential)
+    assert moved.status_code == 200, moved.text
+    assert (await fleet.get(f"/v1/fleet/instances/{azure.source}")).json()[
+        "attestation"
+    ] == "attested"
+    assert attestation_gauge((await fleet.get("/metrics")).text)["unattested"] == 0.0
 
 
 async def test_enrollment_requests_are_bounded_and_checked(fleet: httpx.AsyncClient) -> None:

@@ -9,7 +9,6 @@ sidecar); a credential present must verify and bind, as under `required`.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,8 +33,6 @@ class Verdict:
 
 
 PASS = Verdict()
-#: Event sources remembered by `last_seen` (a fleet's instances; more are not tracked).
-MAX_SEEN = 100_000
 
 
 class IdentityGate:
@@ -52,10 +49,9 @@ class IdentityGate:
         self._credentials = credentials
         self._source = source
         #: (source, outcome) -> events: `fleet_identity_events_total` (IngestStats.identity).
+        #: Per instance, the store keeps whether its latest events were attested
+        #: (`Batch.attested`, from `bridge.fleet.identity.screen`).
         self.counts: Counter[tuple[str, str]] = Counter() if counts is None else counts
-        #: Event source -> (its last stored event carried a credential, when): what
-        #: `GET /v1/fleet/identity` shows while a fleet migrates (this process's view).
-        self.last_seen: dict[str, tuple[bool, float]] = {}
 
     def check(self, credential: str | None, events: Sequence[Accepted]) -> Verdict:
         if self.mode == "off" or self._credentials is None:
@@ -63,7 +59,6 @@ class IdentityGate:
         if not credential:
             if self.mode == "optional":
                 self.counts[(self._source, "unattested")] += len(events)
-                self._seen(events, attested=False)
                 return PASS
             return self._refuse(
                 401, "credential", "no credential: enroll at POST /v1/enroll", range(len(events))
@@ -80,15 +75,7 @@ class IdentityGate:
         if foreign:
             return self._refuse(403, "binding", foreign[0][1], (i for i, _ in foreign), attested)
         self.counts[(self._source, "attested")] += len(events)
-        self._seen(events, attested=True)
         return Verdict(attested=attested)
-
-    def _seen(self, events: Sequence[Accepted], *, attested: bool) -> None:
-        now = time.time()
-        for accepted in events:
-            source = accepted.event.source
-            if source in self.last_seen or len(self.last_seen) < MAX_SEEN:
-                self.last_seen[source] = (attested, now)
 
     def _refuse(
         self,

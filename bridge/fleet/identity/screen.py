@@ -19,6 +19,9 @@ class Screened:
     #: 0, or 401/403 with its reason: what the source answers.
     status: int = 0
     reason: str = ""
+    #: The kept events came with a verified credential (True), with none on an `optional`
+    #: source (False), or identity is not checked here (None): `Batch.attested`.
+    attested: bool | None = None
 
 
 def screen(
@@ -29,11 +32,12 @@ def screen(
 ) -> Screened:
     """`accepted` minus the events the gate refuses; `refused` plus those (with their index
     among all events of the request, as the contract's refusals have)."""
-    if gate is None:
+    if gate is None or gate.mode == "off":
         return Screened(list(accepted), list(refused))
     verdict = gate.check(credential, accepted)
+    attested = verdict.attested is not None
     if not verdict.status:
-        return Screened(list(accepted), list(refused))
+        return Screened(list(accepted), list(refused), attested=attested)
     taken = {index for index, _ in refused}
     positions = [i for i in range(len(accepted) + len(refused)) if i not in taken]
     out = set(verdict.refused)
@@ -44,4 +48,4 @@ def screen(
         if i in out
     ]
     merged = sorted([*refused, *denied], key=lambda item: item[0])
-    return Screened(kept, merged, verdict.status, verdict.reason)
+    return Screened(kept, merged, verdict.status, verdict.reason, attested)

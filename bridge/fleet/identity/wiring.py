@@ -10,7 +10,7 @@ from typing import Final
 from aiohttp import web
 
 from bridge.fleet.metrics import IngestStats
-from bridge.fleet.store import Store, StoreError
+from bridge.fleet.store import InstanceQuery, Store, StoreError
 
 from .config import IdentityConfig, IdentityMode
 from .enrollment import MAX_REQUEST, Enroller
@@ -21,6 +21,8 @@ from .model import AttestationError
 log = logging.getLogger("bridge.fleet.identity")
 ENROLL_PATH: Final = "/v1/enroll"
 STATUS_PATH: Final = "/v1/fleet/identity"
+#: Instances read per store query while `GET /v1/fleet/identity` gathers them.
+STATUS_PAGE: Final = 1000
 
 
 class FleetIdentity:
@@ -45,28 +47,40 @@ class FleetIdentity:
         app.router.add_get(STATUS_PATH, self.status)
 
     async def status(self, _request: web.Request) -> web.Response:
-        """`GET /v1/fleet/identity`: per instance, its enrollment (from the store) and
-        whether its last event carried a credential (this process's view): what a fleet
-        migrating with `identity = "optional"` watches."""
+        """`GET /v1/fleet/identity`: per instance, its enrollment and whether its latest
+        stored events carried a credential (both from the store, so every replica answers
+        the same): what a fleet migrating with `identity = "optional"` watches."""
         try:
             enrolled = await self.ledger.enrolled()
+            seen = await self._checked()
         except StoreError as exc:
             log.error("identity status: %s", exc)
             return web.json_response({"error": "the fleet store cannot answer now"}, status=503)
-        seen: dict[str, tuple[bool, float]] = {}
-        for gate in self.gates.values():
-            for source, (attested, at) in gate.last_seen.items():
-                if source not in seen or at > seen[source][1]:
-                    seen[source] = (attested, at)
         instances = [
             {
                 "source": source,
                 "enrollment": enrolled.get(source),
-                "last_event_attested": seen[source][0] if source in seen else None,
+                "last_event_attested": seen.get(source),
             }
             for source in sorted(set(enrolled) | set(seen))
         ]
         return web.json_response({"count": len(instances), "instances": instances})
+
+    async def _checked(self) -> dict[str, bool]:
+        """Source -> whether its latest events were attested, of every instance whose
+        events a source with identity checked (the store's `attestation`, page by page)."""
+        found: dict[str, bool] = {}
+        for wanted in ("attested", "unattested"):
+            cursor: str | None = None
+            while True:
+                page = await self.ledger.store.instance_page(
+                    InstanceQuery(attestation=wanted, cursor=cursor, limit=STATUS_PAGE)
+                )
+                found.update((row["source"], wanted == "attested") for row in page.rows)
+                if page.next is None:
+                    break
+                cursor = page.next
+        return found
 
     async def enroll(self, request: web.Request) -> web.Response:
         try:

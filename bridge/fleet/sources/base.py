@@ -103,15 +103,18 @@ class Ingestor:
         checkpoints: Mapping[str, str] | None = None,
         *,
         grouped: bool = False,
+        attested: bool | None = None,
     ) -> IngestResult:
         """Commit and count; `grouped` (the http source's posts) shares a transaction with
-        other requests' batches (`bridge.fleet.group_commit`) and may raise `Overloaded`."""
+        other requests' batches (`bridge.fleet.group_commit`) and may raise `Overloaded`;
+        `attested` is what the source's identity gate found (`Batch.attested`)."""
         batch = Batch(
             ingest=source,
             received_at=self._clock(),
             accepted=accepted,
             refused=refused,
             checkpoints=dict(checkpoints or {}),
+            attested=attested,
         )
         try:
             try:

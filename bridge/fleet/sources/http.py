@@ -252,7 +252,9 @@ class HttpSource:
             # instance identity (bridge/fleet/identity/): 401/403, the refused kept in `rejected`
             credential = request.headers.get(CREDENTIAL_HEADER)
             gated = screen(self.identity, credential, accepted, refused)
-            return await self._commit(ingestor, gated.accepted, gated.refused, gated.status)
+            return await self._commit(
+                ingestor, gated.accepted, gated.refused, gated.status, gated.attested
+            )
         finally:
             hold.release()
 
@@ -295,10 +297,11 @@ class HttpSource:
         accepted: list[Accepted],
         refused: list[tuple[int, Refused]],
         status: int = 400,
+        attested: bool | None = None,
     ) -> web.Response:
         try:
             result = await ingestor.commit(
-                self.name, accepted, [r for _, r in refused], grouped=True
+                self.name, accepted, [r for _, r in refused], grouped=True, attested=attested
             )
         except Overloaded as exc:
             ingestor.stats.overloaded[self.name] += 1

@@ -114,6 +114,10 @@ def filters_form(filters: Filters, options: Mapping[str, Sequence[str]]) -> str:
         )
 
     clear = '<a href="/" class="clear">clear</a>' if filters.active else ""
+    # Offered while a source checks identity (the routes add the choices then).
+    identity = (
+        select("attestation", "Identity", filters.attestation) if "attestation" in options else ""
+    )
     zoom = ""  # the form's GET replaces the query: the zoom rides along
     if filters.zoom.name != views.DEFAULT_ZOOM:
         zoom = f'<input type="hidden" name="zoom" value="{escape(filters.zoom.name)}">'
@@ -123,6 +127,7 @@ def filters_form(filters: Filters, options: Mapping[str, Sequence[str]]) -> str:
         f"{select('zone', 'Zone', filters.zone)}"
         f"{select('kind', 'Kind', filters.kind)}"
         f"{select('status', 'Status', filters.status)}"
+        f"{identity}"
         '<label for="f-q">Text</label>'
         f'<input id="f-q" name="q" type="search" value="{escape(filters.text)}" '
         'placeholder="instance, notice, zone">'
@@ -146,8 +151,33 @@ def headline(head: Headline, now: float) -> str:
         f'<div><dt>Started</dt><dd id="started">{started}</dd></div>'
         f'<div><dt>Scheduled</dt><dd id="scheduled">{scheduled}</dd></div>'
         f'<div class="next"><dt>Next maintenance</dt><dd id="next">{following}</dd></div>'
-        "</dl></section>"
+        f"{_attestation_counts(head.attestation)}</dl></section>"
     )
+
+
+def _attestation_counts(counts: Mapping[str, int] | None) -> str:
+    """Attested and unattested instances (#34), each a link to the list of them; nothing
+    while no source checks identity."""
+    if not counts or not (counts.get("attested") or counts.get("unattested")):
+        return ""
+    cells = []
+    for state in ("attested", "unattested"):
+        n = counts.get(state, 0)
+        alert = ' class="alert"' if state == "unattested" and n else ""
+        href = escape("/?" + urlencode({"attestation": state}))
+        cells.append(
+            f'<div{alert}><dt>{state.capitalize()}</dt><dd id="{state}">'
+            f'<a href="{href}">{n}</a></dd></div>'
+        )
+    return "".join(cells)
+
+
+def attestation_badge(state: str | None) -> str:
+    """An instance's `attestation` as the page shows it: attested, unattested, or a dash
+    when its source checks no identity."""
+    if state in ("attested", "unattested"):
+        return f'<span class="badge {state}">{state}</span>'
+    return '<span class="muted" title="identity not checked">—</span>'
 
 
 def notices_table(
@@ -381,27 +411,37 @@ def dashboard(
 def instances_found(
     rows: Sequence[Mapping[str, Any]], following: str | None, filters: Filters, now: float
 ) -> str:
-    """The instances whose name holds the search text (or whose source it is), a page."""
+    """The instances whose name holds the search text (or whose source it is) and whose
+    attestation is the one asked for, a page."""
+    wanted = " and ".join(
+        part
+        for part in (
+            f"matching {escape(filters.text)}" if filters.text else "",
+            escape(filters.attestation) if filters.attestation else "",
+        )
+        if part
+    )
     if not rows:
         return (
             '<section aria-labelledby="h-found"><h2 id="h-found">Instances found</h2>'
-            f'<p class="empty" id="found-empty">No instance matches {escape(filters.text)}.'
-            "</p></section>"
+            f'<p class="empty" id="found-empty">No instance {wanted}.</p></section>'
         )
     body = "".join(
         f'<tr><th scope="row">{instance_link(row["name"])}</th>'
         f"<td>{escape(row['provider'])}</td><td>{escape(row.get('zone') or '')}</td>"
         f"<td>{instance_state(row, now)[0]}</td>"
         f"<td>{escape(row.get('agent_version') or rollout.UNKNOWN)}</td>"
+        f"<td>{attestation_badge(row.get('attestation'))}</td>"
         f"<td>{len(row.get('notices') or ())}</td></tr>"
         for row in rows
     )
     return (
         '<section aria-labelledby="h-found"><h2 id="h-found">Instances found</h2>'
-        '<div class="scroll"><table id="found"><caption>Instances matching '
-        f'{escape(filters.text)}</caption><thead><tr><th scope="col">Instance</th>'
+        f'<div class="scroll"><table id="found"><caption>Instances {wanted}'
+        '</caption><thead><tr><th scope="col">Instance</th>'
         '<th scope="col">Provider</th><th scope="col">Zone</th><th scope="col">State</th>'
-        '<th scope="col">Version</th><th scope="col">Notices in force</th></tr></thead>'
+        '<th scope="col">Version</th><th scope="col">Identity</th>'
+        '<th scope="col">Notices in force</th></tr></thead>'
         f"<tbody>{body}</tbody></table></div>{pager(filters, 'icursor', following)}</section>"
     )
 
@@ -554,6 +594,8 @@ def instance_page(
         '<section aria-labelledby="h-state"><h2 id="h-state">State</h2><dl class="facts">'
         f'<div><dt>Sidecar</dt><dd id="sidecar-state">{escape(state_text)}</dd></div>'
         f'<div><dt>Last heartbeat</dt><dd id="heartbeat">{beat}</dd></div>'
+        f'<div><dt>Identity</dt><dd id="attestation">'
+        f"{attestation_badge(instance.get('attestation'))}</dd></div>"
         f"{eligible_html}{facts_html}</dl></section>"
         '<section aria-labelledby="h-inforce"><h2 id="h-inforce">Notices in force</h2>'
         f"{notices_table('now', 'Notices in force', in_force, now)}</section>"

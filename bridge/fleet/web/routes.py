@@ -1,9 +1,10 @@
 """The dashboard's routes on the fleet service's listener.
 
-- `GET /`: the fleet page (filters `provider`, `zone`, `kind`, `status`, `q` and the
-  timeline's `zoom` in the URL; an unknown zoom or status is 400 naming the choices, like a
-  bad `days`). At 100,000 instances it summarizes (counts kept by the store), pages the
-  notices in force (`cursor`) and lists the instances a search `q` finds (`icursor`).
+- `GET /`: the fleet page (filters `provider`, `zone`, `kind`, `status`, `q`, `attestation`
+  and the timeline's `zoom` in the URL; an unknown zoom, status or attestation is 400 naming
+  the choices, like a bad `days`). At 100,000 instances it summarizes (counts kept by the
+  store), pages the notices in force (`cursor`) and lists the instances a search `q` or an
+  `attestation` finds (`icursor`).
 - `GET /instances/{name}`: one instance: state, eligibility, heartbeat, its history (`days`,
   default 7).
 - `GET /dashboard/version`: a small token that changes when the store does (and once a
@@ -31,7 +32,7 @@ from aiohttp import web
 from bridge import contract
 from bridge.fleet import paging, rollout, state
 from bridge.fleet.api import BadQuery
-from bridge.fleet.store import EventQuery, InstanceQuery, NoticeFilter, Store
+from bridge.fleet.store import ATTESTATIONS, EventQuery, InstanceQuery, NoticeFilter, Store
 from bridge.fleet.web import render, views
 
 #: The most events an instance's history reads (a bound on one render).
@@ -169,7 +170,7 @@ class DashboardRoutes:
             if filters.provider in (None, row[0]) and filters.zone in (None, row[2])
         ]
         found = None
-        if filters.text:
+        if filters.lists_instances:
             found = await self.store.instance_page(
                 InstanceQuery(
                     provider=filters.provider,
@@ -178,9 +179,14 @@ class DashboardRoutes:
                     cursor=request.query.get("icursor") or None,
                     limit=views.PAGE_ROWS,
                     now=now,
+                    attestation=filters.attestation,
                 )
             )
-        head = views.headline_of(mine, groups, soon, now, found.rows if found else None)
+        attestation = await self.store.attestation_counts()
+        head = replace(
+            views.headline_of(mine, groups, soon, now, found.rows if found else None),
+            attestation=attestation,
+        )
         bars = (await self._timeline(now, filters.zoom)).select(shown, filters, now)
         body = render.dashboard(head, shown, day, week, bars, filters, now, groups, page.next)
         if found is not None:
@@ -189,7 +195,10 @@ class DashboardRoutes:
         body += render.versions_table(
             rollout.by_version(found.rows, now) if found else rollout.by_version_counts(mine)
         )
-        form = render.filters_form(filters, self._options(groups, counts))
+        options = self._options(groups, counts)
+        if attestation["attested"] or attestation["unattested"] or filters.attestation:
+            options["attestation"] = list(ATTESTATIONS)
+        form = render.filters_form(filters, options)
         text = render.page("Maintenance fleet", body, now, await self._version(now), form)
         return web.Response(text=text, content_type=_HTML, headers={"Cache-Control": "no-store"})
 

@@ -17,7 +17,7 @@ import msgspec
 
 from bridge import contract
 from bridge.fleet.state import IN_FORCE, instance_state, zone_of
-from bridge.fleet.store import NoticeFilter
+from bridge.fleet.store import ATTESTATIONS, NoticeFilter
 from bridge.infra.timeparse import parse_time
 
 DAY: Final = 86400.0
@@ -108,6 +108,9 @@ class Filters:
     zoom: Zoom = ZOOMS[DEFAULT_ZOOM]
     #: A notice status (scheduled, started).
     status: str | None = None
+    #: Instances whose latest events were `attested`, `unattested` or `unchecked` (#34):
+    #: lists those instances (the notices are not filtered by it).
+    attestation: str | None = None
 
     @classmethod
     def of(cls, query: Mapping[str, str]) -> Filters:
@@ -119,6 +122,11 @@ class Filters:
         status = value("status")
         if status is not None and status not in IN_FORCE:
             raise BadZoom(f"status: expected one of {', '.join(IN_FORCE)}, got {status[:40]!r}")
+        attestation = value("attestation")
+        if attestation is not None and attestation not in ATTESTATIONS:
+            raise BadZoom(
+                f"attestation: expected one of {', '.join(ATTESTATIONS)}, got {attestation[:40]!r}"
+            )
         return cls(
             value("provider"),
             value("zone"),
@@ -126,6 +134,7 @@ class Filters:
             value("q"),
             zoom_of(query.get("zoom")),
             status,
+            attestation,
         )
 
     def notice_filter(self) -> NoticeFilter:
@@ -181,6 +190,7 @@ class Filters:
             "kind": current.kind,
             "status": current.status,
             "q": current.text,
+            "attestation": current.attestation,
             "zoom": None if current.zoom.name == DEFAULT_ZOOM else current.zoom.name,
         }
         text = urlencode({k: v for k, v in pairs.items() if v})
@@ -188,7 +198,12 @@ class Filters:
 
     @property
     def active(self) -> bool:
-        return any((self.provider, self.zone, self.kind, self.status, self.text))
+        return any((self.provider, self.zone, self.kind, self.status, self.text, self.attestation))
+
+    @property
+    def lists_instances(self) -> bool:
+        """Whether the page lists instances (a search, or an attestation asked for)."""
+        return bool(self.text or self.attestation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +213,8 @@ class Headline:
     by_status: dict[str, int]
     next_start: float | None
     next_instance: str | None
+    #: Instances by attestation (#34), shown while any source checks identity.
+    attestation: Mapping[str, int] | None = None
 
 
 def headline_of(
