@@ -70,9 +70,11 @@ class Held:
         raise AssertionError("a bus sink never sees a refusal")
 
 
-async def publish(bus: Bus, credential: str | None, *bodies: bytes) -> None:
-    """`bodies` sent by the bus's real sink, carrying `credential` (None: no identity)."""
-    config = validate(sink_registry.config_model(bus.sink["type"]), bus.sink)
+async def publish(bus: Bus, credential: str | None, mode: str, *bodies: bytes) -> None:
+    """`bodies` sent by the bus's real sink in content `mode`, carrying `credential`
+    (None: no identity)."""
+    keys = {**bus.sink, "mode": mode}
+    config = validate(sink_registry.config_model(bus.sink["type"]), keys)
     sink: Sink = sink_registry.create(config, "bus")
     if credential is not None and hasattr(sink, "enrollment"):
         sink.enrollment = Held(credential)
@@ -134,8 +136,10 @@ async def test_on_a_bus_a_credential_speaks_only_for_its_own_vm(
             own = vm_of(sim, "gce")
             other = replace(own, id="another-id", name="vm-b", source=own.source + "-b")
 
-            await publish(bus, credential, heartbeat(own, NOW), heartbeat(other, NOW))
-            await publish(bus, None, heartbeat(own, NOW, sequence=1))
+            # the attribute travels in both content modes
+            await publish(bus, credential, "structured", heartbeat(own, NOW))
+            await publish(bus, credential, "binary", heartbeat(other, NOW))
+            await publish(bus, None, "binary", heartbeat(own, NOW, sequence=1))
 
             reasons = await rejected(fleet, 2)
             assert len(reasons) == 2, reasons
@@ -163,7 +167,7 @@ async def test_optional_identity_takes_a_message_without_the_attribute_as_unatte
     own = vm_of(sim, "gce")
     try:
         async with httpx.AsyncClient(base_url=process.url, timeout=10) as fleet:
-            await publish(bus, None, heartbeat(own, NOW))
+            await publish(bus, None, "structured", heartbeat(own, NOW))
 
             async def stored() -> bool:
                 return await heartbeats(process.url) == [own.source]

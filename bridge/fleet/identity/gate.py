@@ -57,7 +57,10 @@ class IdentityGate:
         #: `GET /v1/fleet/identity` shows while a fleet migrates (this process's view).
         self.last_seen: dict[str, tuple[bool, float]] = {}
 
-    def check(self, credential: str | None, events: Sequence[Accepted]) -> Verdict:
+    def check(
+        self, credential: str | None, events: Sequence[Accepted], at: float | None = None
+    ) -> Verdict:
+        """`at`: when a bus took the message carrying `credential` (`Credentials.check`)."""
         if self.mode == "off" or self._credentials is None:
             return PASS
         if not credential:
@@ -69,7 +72,7 @@ class IdentityGate:
                 401, "credential", "no credential: enroll at POST /v1/enroll", range(len(events))
             )
         try:
-            attested = self._credentials.check(credential)
+            attested = self._credentials.check(credential, at)
         except AttestationError as exc:
             return self._refuse(401, "credential", exc.reason, range(len(events)))
         foreign = [

@@ -26,12 +26,14 @@ def screen(
     credential: str | None,
     accepted: Sequence[Accepted],
     refused: Sequence[tuple[int, Refused]],
+    at: float | None = None,
 ) -> Screened:
     """`accepted` minus the events the gate refuses; `refused` plus those (with their index
-    among all events of the request, as the contract's refusals have)."""
+    among all events of the request, as the contract's refusals have). `at`: when a bus
+    took the message (its credential must have been valid then), None for now."""
     if gate is None:
         return Screened(list(accepted), list(refused))
-    verdict = gate.check(credential, accepted)
+    verdict = gate.check(credential, accepted, at)
     if not verdict.status:
         return Screened(list(accepted), list(refused))
     taken = {index for index, _ in refused}

@@ -10,7 +10,10 @@ Instance identity (`identity = "required" | "optional"`, bridge/fleet/identity/)
 message's `bridgecredential` attribute is screened by the same code as the http source's
 header (`bridge.fleet.identity.screen`). A bus cannot answer 401 or 403, so a refused
 message is what a poison message is: kept in the rejected table with the reason
-(`identity: ...`), counted (`fleet_identity_events_total`), and acknowledged.
+(`identity: ...`), counted (`fleet_identity_events_total`), and acknowledged. A message
+may wait on the bus (the fleet down): its credential is checked at the time the bus took
+it, where the bus stamps that itself (Pub/Sub's publish time, Event Hubs' enqueued time,
+Kafka's log-append time), else now.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception_type
@@ -39,19 +43,27 @@ T = TypeVar("T")
 @dataclass(frozen=True, slots=True)
 class Decoded:
     """One message as the structured JSON of its event, or why it cannot be one, and the
-    instance credential it carries (None without one)."""
+    instance credential it carries (None without one) and when the bus took it (Unix
+    seconds, stamped by the bus itself; None when it cannot vouch for a time)."""
 
     body: bytes | None
     refused: Refused | None = None
     credential: str | None = None
+    sent_at: float | None = None
 
 
-def decode(raw: bytes, convert: Callable[[], bytes], credential: str | None = None) -> Decoded:
+def decode(
+    raw: bytes,
+    convert: Callable[[], bytes],
+    credential: str | None = None,
+    sent_at: datetime | None = None,
+) -> Decoded:
     """`convert()`: the message's event as structured JSON (checked later by `classify`),
     or `raw` refused with the reason. A message is outside input: whatever its conversion
     raises is a reason to refuse it, never a crash of the source."""
     try:
-        return Decoded(convert(), credential=credential)
+        at = sent_at.timestamp() if sent_at is not None else None
+        return Decoded(convert(), credential=credential, sent_at=at)
     except contract.ContractError as exc:
         return Decoded(None, Refused(raw, str(exc)))
     except Exception as exc:  # a binding library refusing a malformed message
@@ -114,7 +126,7 @@ class Committer:
                     refused.append(message.refused)
                 continue
             valid, invalid = classify([message.body])
-            gated = screen(self.identity, message.credential, valid, invalid)
+            gated = screen(self.identity, message.credential, valid, invalid, message.sent_at)
             accepted.extend(gated.accepted)
             refused.extend(r for _, r in gated.refused)
         return accepted, refused

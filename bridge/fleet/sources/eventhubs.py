@@ -164,4 +164,7 @@ class EventHubsSource:
 
 
 def _decoded(data: Any) -> Decoded:
-    return decode(b"".join(data.body), lambda: event_body(data), event_credential(data))
+    # enqueued_time: set by Event Hubs when it took the message
+    return decode(
+        b"".join(data.body), lambda: event_body(data), event_credential(data), data.enqueued_time
+    )

@@ -34,6 +34,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from bridge.fleet.identity.gate import IdentityGate
@@ -51,16 +52,22 @@ log = logging.getLogger("bridge.fleet.kafka")
 IDLE_POLL = 0.5
 #: Seconds `stop` waits for the consumer to leave the group.
 CLOSE_TIMEOUT = 30.0
+#: `confluent_kafka.TIMESTAMP_LOG_APPEND_TIME`: the broker stamped the message (a topic with
+#: `message.timestamp.type=LogAppendTime`); the default CreateTime is the producer's word.
+LOG_APPEND_TIME = 2
 
 
 def decoded(message: Message) -> Decoded:
     """One message as its event's structured JSON, or refused with the reason."""
     value = message.value() or b""
     headers = message.headers()
+    kind, stamp = message.timestamp()
+    taken = datetime.fromtimestamp(stamp / 1000, UTC) if kind == LOG_APPEND_TIME else None
     return decode(
         value,
         lambda: to_structured_json(headers, message.value(), message.key()),
         record_credential(headers),
+        taken,
     )
 
 

@@ -187,6 +187,7 @@ def _decoded(message: Any) -> Decoded:
         message.data,
         lambda: message_event(message.data, attributes),
         message_credential(attributes),
+        message.publish_time,  # set by Pub/Sub when it took the message
     )
 
 
