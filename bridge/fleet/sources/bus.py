@@ -61,8 +61,8 @@ def decode(
     """`convert()`: the message's event as structured JSON (checked later by `classify`),
     or `raw` refused with the reason. A message is outside input: whatever its conversion
     raises is a reason to refuse it, never a crash of the source."""
+    at = sent_at.timestamp() if sent_at is not None else None
     try:
-        at = sent_at.timestamp() if sent_at is not None else None
         return Decoded(convert(), credential=credential, sent_at=at)
     except contract.ContractError as exc:
         return Decoded(None, Refused(raw, str(exc)))
