@@ -123,7 +123,7 @@ class Bridge:
     sink_checks: SinkChecks = field(init=False)
     #: The notices in force: what `/v1/notices` serves and approvals check.
     in_force: InForce = field(init=False, default_factory=InForce)
-    #: The credential from the fleet (`[identity]`), carried by the webhook sinks.
+    #: The credential from the fleet (`[identity]`), carried by the webhook and bus sinks.
     enrollment: Enrollment | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:

@@ -26,11 +26,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence, Sized
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Final, Protocol
 
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge.infra.credential import CredentialSource, EnrollmentPending
 from bridge.infra.encoding import as_dict, dumps, json_format, parse, serialize
 from bridge.infra.secrets import Secret
 from bridge.infra.validation import ConfigError, FieldError, HttpUrl, validate
@@ -39,7 +40,9 @@ if TYPE_CHECKING:
     from bridge.infra.tls import ReloadingContext
 
 __all__ = [
+    "ENROLL_RETRY_AFTER",
     "ConfigError",
+    "CredentialSource",
     "Encoded",
     "FieldError",
     "Health",
@@ -54,6 +57,7 @@ __all__ = [
     "SinkConfig",
     "as_dict",
     "dumps",
+    "instance_credential",
     "json_format",
     "parse",
     "serialize",
@@ -82,6 +86,23 @@ class Reject:
 
 
 Result = Ok | Retry | Reject
+
+#: Seconds between delivery attempts while the sidecar is not enrolled with the fleet.
+ENROLL_RETRY_AFTER: Final = 5.0
+
+
+async def instance_credential(enrollment: CredentialSource | None) -> str | Retry | None:
+    """The sidecar's credential (`[identity]`, bridge/pipeline/enrollment.py) that a sink
+    carries with its messages (the webhook's header, a bus message's `bridgecredential`
+    attribute): None when identity is not configured (the runner sets a sink's
+    `enrollment` only then); a `Retry` while the sidecar is not enrolled, so its events wait
+    in the spool and none goes out unattested."""
+    if enrollment is None:
+        return None
+    try:
+        return await enrollment.credential()
+    except EnrollmentPending as exc:
+        return Retry(f"not enrolled with the fleet yet: {exc}", ENROLL_RETRY_AFTER)
 
 
 @dataclass(frozen=True, slots=True)

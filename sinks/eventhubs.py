@@ -12,6 +12,12 @@ rest. A batch is `Ok` only once `send_batch` returned. When a batch spans severa
 later group fails, the earlier groups were already delivered and are sent again on retry:
 delivery is at least once, and consumers de-duplicate on `source` + `id`.
 
+Instance identity: with `[identity]` configured, every message carries the sidecar's
+credential as the application property ``bridgecredential`` (both modes;
+`bridge.transports.eventhubs`), which the fleet's `eventhubs` source screens. A bus cannot
+answer 401, so the sink never learns of a refusal: the credential is renewed before it
+expires, not on a refusal.
+
 `azure.eventhub` and `azure.identity` are imported only when a sink is constructed, so a
 bridge without this sink never loads (or needs) the Azure SDK.
 """
@@ -27,7 +33,18 @@ from typing import TYPE_CHECKING, Annotated, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.sinkapi import Health, Ok, Reject, Result, Retry, Secret, Sink, SinkConfig
+from bridge.sinkapi import (
+    CredentialSource,
+    Health,
+    Ok,
+    Reject,
+    Result,
+    Retry,
+    Secret,
+    Sink,
+    SinkConfig,
+    instance_credential,
+)
 from bridge.transports.eventhubs import check_target, open_client, to_event_data
 
 if TYPE_CHECKING:
@@ -110,6 +127,8 @@ class EventHubsSink(Sink):
     """Sends batches with the async `EventHubProducerClient` (see the module docstring)."""
 
     max_batch = 100
+    #: The sidecar's credential (`[identity]`), set by the runner; None: none is sent.
+    enrollment: CredentialSource | None = None
 
     def __init__(self, name: str, config: Config) -> None:
         super().__init__(name)
@@ -133,11 +152,14 @@ class EventHubsSink(Sink):
         return client
 
     async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+        credential = await instance_credential(self.enrollment)
+        if isinstance(credential, Retry):
+            return credential
         groups: dict[str, list[CloudEvent]] = {}
         for event in batch:
             groups.setdefault(event.get_source(), []).append(event)
         try:
-            batches = await asyncio.wait_for(self._pack(groups), self.timeout)
+            batches = await asyncio.wait_for(self._pack(groups, credential), self.timeout)
             if isinstance(batches, Reject):
                 return batches
             for packed in batches:
@@ -153,13 +175,15 @@ class EventHubsSink(Sink):
             return classify(exc, f"sending to event hub {self.target}")
         return Ok()
 
-    async def _pack(self, groups: dict[str, list[CloudEvent]]) -> list[EventDataBatch] | Reject:
+    async def _pack(
+        self, groups: dict[str, list[CloudEvent]], credential: str | None
+    ) -> list[EventDataBatch] | Reject:
         """All batches of this attempt, built before sending so a too-big event sends nothing."""
         batches: list[EventDataBatch] = []
         for key, events in groups.items():
             current = await self._client.create_batch(partition_key=key)
             for event in events:
-                data = to_event_data(event, self.mode)
+                data = to_event_data(event, self.mode, credential)
                 try:
                     current.add(data)
                     continue

@@ -19,6 +19,12 @@ A failed batch is sent again whole: delivery is at least once, consumers de-dupl
 ``source`` + ``id`` (as for every sink). An event too large is found before anything of its
 batch is produced, so a rejected batch sends nothing twice.
 
+Instance identity: with `[identity]` configured, every message carries the sidecar's
+credential as the header ``bridgecredential`` (both modes;
+`bridge.transports.kafka_binding`), which the fleet's `kafka` source screens. A bus cannot
+answer 401, so the sink never learns of a refusal: the credential is renewed before it
+expires, not on a refusal.
+
 ``confluent_kafka`` (librdkafka) is imported only when a sink is built, and the producer is
 created at the first publish; its log lines go to the ``sinks.kafka`` logger, never with
 the configured secrets, which are handed to librdkafka only when the producer is built.
@@ -34,7 +40,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
-from bridge.sinkapi import FieldError, Health, Ok, Reject, Result, Retry, Sink
+from bridge.sinkapi import (
+    CredentialSource,
+    FieldError,
+    Health,
+    Ok,
+    Reject,
+    Result,
+    Retry,
+    Sink,
+    instance_credential,
+)
 from bridge.transports.kafka_binding import Record, to_record
 from bridge.transports.kafka_connection import Connection, connection_settings
 
@@ -123,6 +139,8 @@ class KafkaSink(Sink):
     """One idempotent `confluent_kafka.Producer`, created at the first publish."""
 
     max_batch = 500
+    #: The sidecar's credential (`[identity]`), set by the runner; None: none is sent.
+    enrollment: CredentialSource | None = None
 
     def __init__(self, name: str, config: Config) -> None:
         super().__init__(name)
@@ -155,11 +173,13 @@ class KafkaSink(Sink):
         self._client_error = error
         log.debug("kafka sink %s: %s: %s", self.name, error.name(), error.str())
 
-    def _encode(self, batch: Sequence[CloudEvent]) -> list[Record] | Reject:
+    def _encode(
+        self, batch: Sequence[CloudEvent], credential: str | None = None
+    ) -> list[Record] | Reject:
         records = []
         limit = self._config.message_max_bytes
         for event in batch:
-            record = to_record(event, self.mode)
+            record = to_record(event, self.mode, credential)
             if (size := record_size(record)) > limit:
                 return Reject(
                     f"event {event.get_id()} from {event.get_source()} is {size} bytes, larger "
@@ -169,7 +189,10 @@ class KafkaSink(Sink):
         return records
 
     async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
-        records = self._encode(batch)
+        credential = await instance_credential(self.enrollment)
+        if isinstance(credential, Retry):
+            return credential
+        records = self._encode(batch, credential)
         if isinstance(records, Reject):
             return records
         producer = self._get_producer()

@@ -14,6 +14,11 @@ rejected: the binding lets a consumer tell the modes apart by ``content-type``, 
 dead-lettered maintenance notice helps nobody. Our own events never come close; only an
 unusual extension attribute could.
 
+Instance identity: with `[identity]` configured, every message carries the sidecar's
+credential as the attribute ``bridgecredential`` (both modes; `bridge.transports.pubsub`),
+which the fleet's `pubsub` source screens. A bus cannot answer 401, so the sink never learns
+of a refusal: the credential is renewed before it expires, not on a refusal.
+
 Ordering: with ``ordering`` on, the ordering key is the event ``source`` (one VM), so each
 VM's notices arrive in order while VMs do not hold each other up. The client library pauses
 a key after any failed publish; we call ``resume_publish`` before returning ``Retry``, or the
@@ -44,6 +49,7 @@ import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.sinkapi import (
+    CredentialSource,
     FieldError,
     Health,
     Ok,
@@ -52,6 +58,7 @@ from bridge.sinkapi import (
     Retry,
     Sink,
     SinkConfig,
+    instance_credential,
     serialize,
 )
 from bridge.transports.pubsub import (
@@ -59,6 +66,7 @@ from bridge.transports.pubsub import (
     STRUCTURED_CONTENT_TYPE,
     binary_attributes,
     fits_attribute_limits,
+    with_credential,
 )
 
 if TYPE_CHECKING:
@@ -98,10 +106,14 @@ class Config(SinkConfig, frozen=True, kw_only=True):
             )
 
 
-def encode(event: CloudEvent, mode: str) -> tuple[bytes, dict[str, str]]:
-    """The message (data, attributes) for `event`; binary falls back to structured if needed."""
+def encode(
+    event: CloudEvent, mode: str, credential: str | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """The message (data, attributes) for `event`, carrying the sidecar's `credential` when
+    it has one; binary falls back to structured if needed."""
     if mode == "binary":
-        data, attributes = binary_attributes(event)
+        data, event_attributes = binary_attributes(event)
+        attributes = with_credential(event_attributes, credential)
         problem = fits_attribute_limits(attributes)
         if problem is None:
             return data, attributes
@@ -110,7 +122,7 @@ def encode(event: CloudEvent, mode: str) -> tuple[bytes, dict[str, str]]:
             event.get_id(),
             problem,
         )
-    return serialize(event), {"content-type": STRUCTURED_CONTENT_TYPE}
+    return serialize(event), with_credential({"content-type": STRUCTURED_CONTENT_TYPE}, credential)
 
 
 def classify(exc: BaseException, topic: str) -> Result:
@@ -138,6 +150,8 @@ def classify(exc: BaseException, topic: str) -> Result:
 
 class PubSubSink(Sink):
     max_batch = 100
+    #: The sidecar's credential (`[identity]`), set by the runner; None: none is sent.
+    enrollment: CredentialSource | None = None
 
     def __init__(self, name: str, config: Config) -> None:
         super().__init__(name)
@@ -206,14 +220,14 @@ class PubSubSink(Sink):
         future.add_done_callback(done)
 
     def _submit(
-        self, client: PublisherClient, batch: Sequence[CloudEvent]
+        self, client: PublisherClient, batch: Sequence[CloudEvent], credential: str | None
     ) -> list[tuple[str, concurrent.futures.Future[Any]]]:
         """Hand every event to the client (non-blocking batching); one future per event."""
         from google.cloud.pubsub_v1.publisher import exceptions as pexc
 
         submitted = []
         for event in batch:
-            data, attributes = encode(event, self.mode)
+            data, attributes = encode(event, self.mode, credential)
             key = event.get_source() if self.ordering else ""
             future: concurrent.futures.Future[Any]
             try:
@@ -235,12 +249,15 @@ class PubSubSink(Sink):
     async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
         from google.cloud.pubsub_v1.publisher import exceptions as pexc
 
+        credential = await instance_credential(self.enrollment)
+        if isinstance(credential, Retry):
+            return credential
         try:
             client = await self._get_client()
         except _NoClientError as exc:
             return exc.result
         self._resume(client, {e.get_source() for e in batch})
-        submitted = self._submit(client, batch)
+        submitted = self._submit(client, batch, credential)
         wrapped = [asyncio.wrap_future(f) for _, f in submitted]
         # The RPC deadline is `timeout`; allow a little for batching and thread hand-offs.
         _, pending = await asyncio.wait(wrapped, timeout=self.timeout + 2.0)

@@ -44,9 +44,9 @@ from bridge.infra import tls
 from bridge.infra.backoff import parse_retry_after
 from bridge.infra.buildinfo import user_agent
 from bridge.infra.credential import HEADER as CREDENTIAL_HEADER
-from bridge.infra.credential import CredentialSource, EnrollmentPending
 from bridge.infra.http1 import Http1Client, RequestTimeoutError, Response, TransportError
 from bridge.sinkapi import (
+    CredentialSource,
     Encoded,
     FieldError,
     Health,
@@ -58,6 +58,7 @@ from bridge.sinkapi import (
     Secret,
     Sink,
     SinkConfig,
+    instance_credential,
     json_format,
     parse,
     serialize,
@@ -74,8 +75,6 @@ RESPONSE_BODY_KEPT: Final = 64 * 1024
 BATCH_SIZE: Final = 100
 #: How long a disabled sink (410 Gone) asks the dispatcher to wait between (refused) tries.
 DISABLED_RETRY_AFTER: Final = 3600.0
-#: Seconds between delivery attempts while the sidecar is not enrolled with the fleet.
-ENROLL_RETRY_AFTER: Final = 5.0
 #: How long to wait before asking again after a receiver refused the handshake.
 HANDSHAKE_DENIED_RETRY_AFTER: Final = 300.0
 
@@ -417,12 +416,10 @@ class WebhookSink(Sink):
     async def _credential(self) -> dict[str, str] | Retry:
         """The instance credential header when `[identity]` is configured; a `Retry` while
         the sidecar is not enrolled (its events wait in the spool, none goes unattested)."""
-        if self.enrollment is None:
-            return {}
-        try:
-            return {CREDENTIAL_HEADER: await self.enrollment.credential()}
-        except EnrollmentPending as exc:
-            return Retry(f"not enrolled with the fleet yet: {exc}", ENROLL_RETRY_AFTER)
+        credential = await instance_credential(self.enrollment)
+        if credential is None or isinstance(credential, Retry):
+            return {} if credential is None else credential
+        return {CREDENTIAL_HEADER: credential}
 
     async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
         return await self._post(lambda: self._encode(batch), [event.get_id() for event in batch])

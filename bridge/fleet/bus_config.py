@@ -25,6 +25,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
+from bridge.fleet.identity.config import IdentityMode
 from bridge.infra.secrets import Secret
 from bridge.infra.validation import FieldError
 from bridge.transports.eventhubs import check_target
@@ -35,12 +36,17 @@ _SUBSCRIPTION: Final = re.compile(r"^projects/[^/\s]+/subscriptions/[^/\s]+$")
 class _BusSource(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     """What every bus source takes: how many messages one store transaction commits, at
     most, and how long a partial batch waits for more (throughput against latency), and
-    the backoff while the store cannot commit (nothing is acknowledged meanwhile)."""
+    the backoff while the store cannot commit (nothing is acknowledged meanwhile), and the
+    instance identity asked of each message (its `bridgecredential` attribute), as the http
+    source asks it of each request."""
 
     batch_size: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
     batch_wait: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.05
     retry_initial: Annotated[float, msgspec.Meta(gt=0)] = 0.5
     retry_max: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    #: Instance identity (`[fleet.identity]`, bridge/fleet/identity/): only messages of
+    #: enrolled sidecars about their own VM ("required"), or marked when they are ("optional").
+    identity: IdentityMode = "off"
 
 
 class PubsubSourceConfig(_BusSource, frozen=True, kw_only=True):

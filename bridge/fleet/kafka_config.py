@@ -14,8 +14,8 @@ secrets as literal, `env:VAR` or `file:PATH`, `options`) are the Kafka sink's: t
 extends `bridge.transports.kafka_connection.Connection`, as the sink's configuration does,
 so the same checks, presets and librdkafka security settings (`connection_settings`) apply
 to both, written once. Only the consumer's own keys are declared here: `group_id`, `start`,
-and the batching and backoff every bus source takes (`bridge.fleet.bus_config._BusSource`,
-which a Struct with fields of its own cannot also inherit).
+and the batching, backoff and `identity` every bus source takes
+(`bridge.fleet.bus_config._BusSource`, which a Struct with fields of its own cannot also inherit).
 
 A plain Struct, no SDK: confluent-kafka is imported when the service starts the source.
 """
@@ -27,6 +27,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from bridge.fleet.bus_config import _BusSource
+from bridge.fleet.identity.config import IdentityMode
 from bridge.infra.validation import FieldError
 from bridge.transports.kafka_connection import Connection, connection_settings
 
@@ -51,6 +52,7 @@ class KafkaSourceConfig(Connection, frozen=True, kw_only=True):
     batch_wait: Annotated[float, msgspec.Meta(ge=0, le=60)] = _BUS_DEFAULTS.batch_wait
     retry_initial: Annotated[float, msgspec.Meta(gt=0)] = _BUS_DEFAULTS.retry_initial
     retry_max: Annotated[float, msgspec.Meta(gt=0)] = _BUS_DEFAULTS.retry_max
+    identity: IdentityMode = _BUS_DEFAULTS.identity
 
     def __post_init__(self) -> None:
         for key in self.options:
@@ -67,6 +69,7 @@ class KafkaSourceConfig(Connection, frozen=True, kw_only=True):
             batch_wait=self.batch_wait,
             retry_initial=self.retry_initial,
             retry_max=self.retry_max,
+            identity=self.identity,
         )
 
     def consumer_settings(self) -> dict[str, Any]:

@@ -63,23 +63,23 @@ def build_source(
     config: Any, guard: AccessGuard | None = None, identity: FleetIdentity | None = None
 ) -> Source:
     """The source of one `[[fleet.sources]]` entry (bus sources add their type here); the
-    http source checks its bearer tokens against `guard`'s credentials, and its identity
-    gate when `[fleet.identity]` is configured."""
+    http source checks its bearer tokens against `guard`'s credentials; every source gets
+    its identity gate when `[fleet.identity]` is configured."""
+    gate = identity.gate(config.name, config.identity) if identity is not None else None
     if isinstance(config, HttpSourceConfig):
-        gate = identity.gate(config.name, config.identity) if identity is not None else None
         return HttpSource(config, guard, gate)
     if isinstance(config, PubsubSourceConfig):
         from bridge.fleet.sources.pubsub import PubsubSource
 
-        return PubsubSource(config)
+        return PubsubSource(config, gate)
     if isinstance(config, EventHubsSourceConfig):
         from bridge.fleet.sources.eventhubs import EventHubsSource
 
-        return EventHubsSource(config)
+        return EventHubsSource(config, gate)
     if isinstance(config, KafkaSourceConfig):
         from bridge.fleet.sources.kafka import KafkaSource
 
-        return KafkaSource(config)
+        return KafkaSource(config, gate)
     raise ValueError(f"unknown source type {config.type!r}")
 
 

@@ -58,10 +58,13 @@ class UnstorableError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """One valid event as received: the typed value and its exact bytes."""
+    """One valid event as received: the typed value and its exact bytes, and (a bus
+    message, screened alone) whether it came with a verified instance credential: None
+    defers to `Batch.attested`, which a request's events share."""
 
     event: contract.Event
     body: bytes
+    attested: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,10 @@ def _notice_id(event: contract.Event) -> str | None:
 EventWriter = Callable[[Any, Batch, list[Accepted]], set[tuple[str, str]]]
 
 
+def _flag(value: bool | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def apply(db: Any, batch: Batch, insert_events: EventWriter | None = None) -> IngestResult:
     """Write `batch` with `db` inside the caller's transaction (any DB-API connection whose
     placeholders are `?`). Returns what was new, known, refused.
@@ -51,6 +55,7 @@ def apply(db: Any, batch: Batch, insert_events: EventWriter | None = None) -> In
     instances: dict[str, list[Any]] = {}
     heartbeats: list[tuple[Any, ...]] = []
     notices: list[tuple[Any, ...]] = []
+    attested: dict[str, bool | None] = {}
     for item in items:
         event = item.event
         key = (event.source, event.id)
@@ -61,6 +66,7 @@ def apply(db: Any, batch: Batch, insert_events: EventWriter | None = None) -> In
         lags.append(batch.received_at - time)
         seen = bounds.liveness_time(time, batch.received_at)
         _merge_instance(instances, event, seen)
+        attested[event.source] = batch.attested if item.attested is None else item.attested
         data = event.data
         if isinstance(data, contract.HeartbeatData):
             heartbeats.append(
@@ -92,8 +98,10 @@ def apply(db: Any, batch: Batch, insert_events: EventWriter | None = None) -> In
                     item.body.decode(),
                 )
             )
-    attested = None if batch.attested is None else int(batch.attested)
-    db.executemany(sql.UPSERT_INSTANCE, [(*row, attested) for row in instances.values()])
+    db.executemany(
+        sql.UPSERT_INSTANCE,
+        [(*row, _flag(attested[source])) for source, row in instances.items()],
+    )
     db.executemany(sql.UPDATE_HEARTBEAT, heartbeats)
     db.executemany(sql.UPSERT_NOTICE, notices)
     db.executemany(

@@ -6,6 +6,10 @@
 - The CloudEvents AMQP binding: `to_event_data` builds the message of an event in binary
   (`cloudEvents_*` application properties) or structured mode; `event_body` turns a received
   message back into the event's structured JSON, in either mode.
+- The sidecar's instance credential (`[identity]`): the application property
+  ``bridgecredential`` in both modes (`bridge.infra.credential.ATTRIBUTE`), transport
+  metadata outside the event (the binding reads only ``cloudEvents_*`` properties);
+  `event_credential` reads it back.
 
 `azure.eventhub` and `azure.identity` are imported inside the functions that need them, so
 a configuration check loads neither.
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 from cloudevents.core.bindings import amqp
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge.infra.credential import ATTRIBUTE as CREDENTIAL_ATTRIBUTE
 from bridge.infra.encoding import json_format, serialize
 from bridge.infra.secrets import Secret
 
@@ -87,8 +92,9 @@ def open_client(
     return client, credential
 
 
-def to_event_data(event: CloudEvent, mode: str) -> EventData:
-    """The AMQP message of `event` per the CloudEvents AMQP binding."""
+def to_event_data(event: CloudEvent, mode: str, credential: str | None = None) -> EventData:
+    """The AMQP message of `event` per the CloudEvents AMQP binding, carrying `credential`
+    (the sidecar's, if it has one) as an application property."""
     from azure.eventhub import EventData
 
     if mode == "structured":
@@ -109,6 +115,8 @@ def to_event_data(event: CloudEvent, mode: str) -> EventData:
             # the binding reads back; sub-millisecond times keep the exact RFC 3339 string.
             properties["cloudEvents_time"] = _amqp_time(time)
         data.properties = dict(properties.items())
+    if credential is not None:
+        data.properties = {**(data.properties or {}), CREDENTIAL_ATTRIBUTE: credential}
     return data
 
 
@@ -135,3 +143,15 @@ def event_body(data: Any) -> bytes:
     )
     event = amqp.from_amqp(message, _FORMAT, CloudEvent)
     return serialize(event)  # type: ignore[arg-type]
+
+
+def event_credential(data: Any) -> str | None:
+    """The instance credential an `EventData` carries, None without one (a value that is
+    not text comes back as text that cannot verify, so it is refused, never a crash)."""
+    properties = data.properties or {}
+    value = properties.get(CREDENTIAL_ATTRIBUTE.encode(), properties.get(CREDENTIAL_ATTRIBUTE))
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode(errors="replace") or None
+    return str(value) or None

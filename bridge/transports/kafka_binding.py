@@ -9,6 +9,11 @@ service) decodes with `from_record` or `to_structured_json`, which recognize bot
 * ``structured``: the value is the whole event as JSON and the only header is
   ``content-type: application/cloudevents+json; charset=UTF-8``.
 
+A sidecar with `[identity]` adds its instance credential as the header
+``bridgecredential`` (`bridge.infra.credential.ATTRIBUTE`) in both modes: transport metadata
+like the webhook's header, not a ``ce_`` header, so not part of the event
+(`record_credential` reads it).
+
 The message key is the event's ``partitionkey`` (Partitioning extension). Our events key by
 VM, so an event without one gets ``partitionkey = source`` first: every VM's events land in
 one partition, in order, and the attribute travels with the event in both modes, as the
@@ -26,6 +31,7 @@ from typing import Any, Final, Literal
 import msgspec
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge.infra.credential import ATTRIBUTE as CREDENTIAL_ATTRIBUTE
 from bridge.infra.encoding import dumps, parse, serialize
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=UTF-8"
@@ -51,8 +57,9 @@ class BindingError(ValueError):
     """A Kafka message that is not a CloudEvent in either content mode."""
 
 
-def to_record(event: CloudEvent, mode: Mode = "binary") -> Record:
-    """The Kafka message of `event` in `mode`, keyed by its partition key.
+def to_record(event: CloudEvent, mode: Mode = "binary", credential: str | None = None) -> Record:
+    """The Kafka message of `event` in `mode`, keyed by its partition key, carrying
+    `credential` (the sidecar's, if it has one) as a header.
 
     Encoded straight from the event's attributes in the one JSON form
     (`bridge.infra.encoding.dumps`, whose JSON of a datetime is the RFC 3339 string the
@@ -70,7 +77,8 @@ def to_record(event: CloudEvent, mode: Mode = "binary") -> Record:
         elif data is not None:
             fields["data"] = data
         content_type = STRUCTURED_CONTENT_TYPE.encode()
-        return Record(key, [(CONTENT_TYPE_HEADER, content_type)], dumps(fields))
+        only = [(CONTENT_TYPE_HEADER, content_type), *_credential_header(credential)]
+        return Record(key, only, dumps(fields))
     if isinstance(data, bytes | bytearray):
         value = bytes(data)
     elif isinstance(data, str):
@@ -85,7 +93,21 @@ def to_record(event: CloudEvent, mode: Mode = "binary") -> Record:
             text = msgspec.json.encode(attribute).strip(b'"')
         header = CONTENT_TYPE_HEADER if name == "datacontenttype" else HEADER_PREFIX + name
         headers.append((header, text))
-    return Record(key, headers, value)
+    return Record(key, [*headers, *_credential_header(credential)], value)
+
+
+def _credential_header(credential: str | None) -> list[tuple[str, bytes]]:
+    return [] if credential is None else [(CREDENTIAL_ATTRIBUTE, credential.encode())]
+
+
+def record_credential(headers: Headers) -> str | None:
+    """The instance credential a message carries, None without one (bytes that are not
+    UTF-8 come back as text that cannot verify, so the message is refused, not dropped)."""
+    pairs = headers.items() if isinstance(headers, Mapping) else (headers or [])
+    for name, raw in pairs:
+        if name.lower() == CREDENTIAL_ATTRIBUTE and raw:
+            return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    return None
 
 
 def _header_map(headers: Headers) -> dict[str, str]:

@@ -9,6 +9,11 @@ the fleet's `pubsub` source reads it back (no Pub/Sub client here).
 
 Pub/Sub limits attributes (keys <= 256 bytes, values <= 1024 bytes, at most 100 per
 message): `fits_attribute_limits` says whether a binary-mode message keeps them.
+
+In both modes a sidecar with `[identity]` adds its instance credential as the attribute
+``bridgecredential`` (`bridge.infra.credential.ATTRIBUTE`, <= 1,024 bytes): transport
+metadata like the webhook's header, never a ``ce-`` attribute, so it is not part of the
+event the fleet stores (`message_event` ignores it, `message_credential` reads it).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Final
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge import contract
+from bridge.infra.credential import ATTRIBUTE as CREDENTIAL_ATTRIBUTE
 from bridge.infra.encoding import as_dict, dumps
 
 STRUCTURED_CONTENT_TYPE: Final = "application/cloudevents+json; charset=UTF-8"
@@ -71,3 +77,15 @@ def message_event(data: bytes, attributes: Mapping[str, str]) -> bytes:
     if "ce-specversion" in attributes:
         return contract.binary_to_structured(dict(attributes), data)
     return data
+
+
+def with_credential(attributes: Mapping[str, str], credential: str | None) -> dict[str, str]:
+    """`attributes` plus the sidecar's instance credential, when it has one."""
+    if credential is None:
+        return dict(attributes)
+    return {**attributes, CREDENTIAL_ATTRIBUTE: credential}
+
+
+def message_credential(attributes: Mapping[str, str]) -> str | None:
+    """The instance credential a message carries, None without one."""
+    return attributes.get(CREDENTIAL_ATTRIBUTE) or None

@@ -30,9 +30,28 @@ def test_a_complete_identity_table_is_taken(tmp_path: Path) -> None:
     assert "k" * 32 not in repr(parsed)
 
 
-def test_identity_on_a_source_needs_the_identity_table() -> None:
+BUS_SOURCES: dict[str, dict[str, object]] = {
+    "http": {},
+    "pubsub": {"subscription": "projects/p/subscriptions/s"},
+    "eventhubs": {"connection_string": "Endpoint=sb://x/;EntityPath=h"},
+    "kafka": {"bootstrap_servers": ["127.0.0.1:9092"], "topic": "t"},
+}
+
+
+@pytest.mark.parametrize("kind", list(BUS_SOURCES))
+def test_identity_on_a_source_needs_the_identity_table(kind: str) -> None:
+    source: dict[str, object] = {"type": kind, "identity": "optional", **BUS_SOURCES[kind]}
     with pytest.raises(ConfigError, match=r"sources\[0\].identity: needs a \[fleet.identity\]"):
-        parse_fleet_config({"fleet": {"sources": [{"type": "http", "identity": "optional"}]}})
+        parse_fleet_config({"fleet": {"sources": [source]}})
+
+
+@pytest.mark.parametrize("kind", list(BUS_SOURCES))
+def test_every_source_takes_the_identity_key_off_by_default(tmp_path: Path, kind: str) -> None:
+    raw = config(tmp_path)
+    raw["fleet"]["sources"] = [{"type": kind, **BUS_SOURCES[kind]}]  # type: ignore[index]
+    assert parse_fleet_config(raw).sources[0].identity == "off"
+    raw["fleet"]["sources"][0]["identity"] = "required"  # type: ignore[index]
+    assert parse_fleet_config(raw).sources[0].identity == "required"
 
 
 @pytest.mark.parametrize(

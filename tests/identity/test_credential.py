@@ -79,3 +79,19 @@ def test_forged_foreign_and_expired_credentials_are_refused() -> None:
 def test_a_short_key_is_refused() -> None:
     with pytest.raises(ValueError, match="32 bytes"):
         Credentials(b"short", "https://fleet", 3600)
+
+
+def test_a_credential_is_checked_at_the_time_a_bus_took_its_message() -> None:
+    """A message may wait on a bus while the fleet is down: its credential counts as of the
+    bus's own timestamp, never later than now (a future stamp extends nothing)."""
+    now = [time.time()]
+    credentials = Credentials(b"k" * 32, "https://fleet", 3600, clock=lambda: now[0])
+    sent = now[0]
+    token = credentials.issue(VM).token
+    now[0] += 7200
+    assert credentials.check(token, at=sent + 60) == VM
+    with pytest.raises(AttestationError, match="expired"):
+        credentials.check(token, at=now[0] + 60)
+    with pytest.raises(AttestationError, match="expired"):
+        credentials.check(token)
+    assert credentials.check(token, at=sent) == VM  # still known: the refusal above kept it

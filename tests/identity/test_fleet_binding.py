@@ -38,7 +38,12 @@ STRUCTURED = {"content-type": "application/cloudevents+json"}
 NOW = datetime.now(UTC)
 
 
-def fleet_toml(folder: Path, port: int, material: dict[str, Any], mode: str = "required") -> Path:
+def fleet_toml(
+    folder: Path, port: int, material: dict[str, Any], mode: str = "required", source: str = ""
+) -> Path:
+    """A fleet requiring (or not, `mode`) identity on its one http source, or with the
+    `[[fleet.sources]]` table `source` instead (e.g. a bus's)."""
+    http = f'[[fleet.sources]]\ntype = "http"\nidentity = "{mode}"\n'
     (folder / "jwks.json").write_text(json.dumps(material["jwks"]))
     (folder / "ca.pem").write_text(material["ca_pem"])
     (folder / "aws.pem").write_text(material["certificate_pem"])
@@ -56,10 +61,7 @@ azure_jwks = "{folder}/jwks.json"
 azure_ca = "{folder}/ca.pem"
 azure_signer_name = "{material["signer_name"]}"
 aws_certificate = "{folder}/aws.pem"
-[[fleet.sources]]
-type = "http"
-identity = "{mode}"
-""")
+{source or http}""")
     return config
 
 

@@ -28,7 +28,10 @@ SOURCE = {
 }
 
 
-def sidecar_toml(folder: Path, sim: Simulator, cloud: str, fleet: str) -> Path:
+def sidecar_toml(folder: Path, sim: Simulator, cloud: str, fleet: str, sink: str = "") -> Path:
+    """A sidecar enrolling with `fleet` and sending to its http source, or to the sink of
+    the `[[sinks]]` table `sink` (e.g. a bus's)."""
+    webhook = f'[[sinks]]\ntype = "webhook"\nname = "fleet"\nurl = "{fleet}/v1/events"\n'
     folder.mkdir()
     config = folder / "bridge.toml"
     config.write_text(f"""
@@ -48,11 +51,7 @@ retry_max = 0.5
 [identity]
 enroll_url = "{fleet}/v1/enroll"
 audience = "{AUDIENCE}"
-[[sinks]]
-type = "webhook"
-name = "fleet"
-url = "{fleet}/v1/events"
-""")
+{sink or webhook}""")
     return config
 
 

@@ -74,17 +74,22 @@ class Credentials:
         self._remember(token, float(int(expires)), attested)
         return Issued(token, float(int(expires)), attested)
 
-    def check(self, token: str) -> Attested:
-        """The instance a credential names; `AttestationError` (401) if it does not verify."""
+    def check(self, token: str, at: float | None = None) -> Attested:
+        """The instance a credential names; `AttestationError` (401) if it does not verify.
+        `at`: when the message carrying it was sent, if a bus vouches for that time (the
+        credential must have been valid then, not now: a message may wait on a bus); never
+        later than now."""
         import jwt
 
         if not token or len(token) > MAX_LENGTH:
             raise AttestationError("credential missing or too long")
+        when = self._clock() if at is None else min(at, self._clock())
         known = self._verified.get(token)
         if known is not None:
-            if self._clock() < known[0]:
+            if when < known[0]:
                 return known[1]
-            del self._verified[token]
+            if at is None:
+                del self._verified[token]
             raise AttestationError("credential expired: enroll again")
         try:
             claims: dict[str, Any] = jwt.decode(
@@ -99,7 +104,7 @@ class Credentials:
         except jwt.PyJWTError as exc:
             raise AttestationError(f"credential invalid: {exc}") from exc
         expires = claims["exp"]
-        if not isinstance(expires, int | float) or expires <= self._clock():
+        if not isinstance(expires, int | float) or expires <= when:
             raise AttestationError("credential expired: enroll again")
         instance = claims.get("ins")
         if not isinstance(instance, dict):

@@ -53,7 +53,10 @@ class IdentityGate:
         #: (`Batch.attested`, from `bridge.fleet.identity.screen`).
         self.counts: Counter[tuple[str, str]] = Counter() if counts is None else counts
 
-    def check(self, credential: str | None, events: Sequence[Accepted]) -> Verdict:
+    def check(
+        self, credential: str | None, events: Sequence[Accepted], at: float | None = None
+    ) -> Verdict:
+        """`at`: when a bus took the message carrying `credential` (`Credentials.check`)."""
         if self.mode == "off" or self._credentials is None:
             return PASS
         if not credential:
@@ -64,7 +67,7 @@ class IdentityGate:
                 401, "credential", "no credential: enroll at POST /v1/enroll", range(len(events))
             )
         try:
-            attested = self._credentials.check(credential)
+            attested = self._credentials.check(credential, at)
         except AttestationError as exc:
             return self._refuse(401, "credential", exc.reason, range(len(events)))
         foreign = [

@@ -29,12 +29,14 @@ def screen(
     credential: str | None,
     accepted: Sequence[Accepted],
     refused: Sequence[tuple[int, Refused]],
+    at: float | None = None,
 ) -> Screened:
     """`accepted` minus the events the gate refuses; `refused` plus those (with their index
-    among all events of the request, as the contract's refusals have)."""
+    among all events of the request, as the contract's refusals have). `at`: when a bus
+    took the message (its credential must have been valid then), None for now."""
     if gate is None or gate.mode == "off":
         return Screened(list(accepted), list(refused))
-    verdict = gate.check(credential, accepted)
+    verdict = gate.check(credential, accepted, at)
     attested = verdict.attested is not None
     if not verdict.status:
         return Screened(list(accepted), list(refused), attested=attested)

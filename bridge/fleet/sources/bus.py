@@ -5,6 +5,15 @@ A bus redelivers whatever was not acknowledged, so a source that cannot commit m
 messages unacknowledged and try again, never drop them and never acknowledge early. A
 message that is not a valid event is no reason to stall: it is refused (recorded in the
 rejected table with its reason, in the same transaction) and acknowledged with the rest.
+
+Instance identity (`identity = "required" | "optional"`, bridge/fleet/identity/): each
+message's `bridgecredential` attribute is screened by the same code as the http source's
+header (`bridge.fleet.identity.screen`). A bus cannot answer 401 or 403, so a refused
+message is what a poison message is: kept in the rejected table with the reason
+(`identity: ...`), counted (`fleet_identity_events_total`), and acknowledged. A message
+may wait on the bus (the fleet down): its credential is checked at the time the bus took
+it, where the bus stamps that itself (Pub/Sub's publish time, Event Hubs' enqueued time,
+Kafka's log-append time), else now.
 """
 
 from __future__ import annotations
@@ -12,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception_type
@@ -20,8 +30,10 @@ from tenacity import AsyncRetrying, retry_if_exception_type
 from bridge import contract
 from bridge.fleet import ingest_log
 from bridge.fleet.bus_config import _BusSource
+from bridge.fleet.identity.gate import IdentityGate
+from bridge.fleet.identity.screen import screen
 from bridge.fleet.sources.base import Ingestor, classify
-from bridge.fleet.store import IngestResult, Refused, StoreError
+from bridge.fleet.store import Accepted, IngestResult, Refused, StoreError
 from bridge.infra.backoff import Backoff
 
 log = logging.getLogger("bridge.fleet.bus")
@@ -30,18 +42,28 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    """One message as the structured JSON of its event, or why it cannot be one."""
+    """One message as the structured JSON of its event, or why it cannot be one, and the
+    instance credential it carries (None without one) and when the bus took it (Unix
+    seconds, stamped by the bus itself; None when it cannot vouch for a time)."""
 
     body: bytes | None
     refused: Refused | None = None
+    credential: str | None = None
+    sent_at: float | None = None
 
 
-def decode(raw: bytes, convert: Callable[[], bytes]) -> Decoded:
+def decode(
+    raw: bytes,
+    convert: Callable[[], bytes],
+    credential: str | None = None,
+    sent_at: datetime | None = None,
+) -> Decoded:
     """`convert()`: the message's event as structured JSON (checked later by `classify`),
     or `raw` refused with the reason. A message is outside input: whatever its conversion
     raises is a reason to refuse it, never a crash of the source."""
+    at = sent_at.timestamp() if sent_at is not None else None
     try:
-        return Decoded(convert())
+        return Decoded(convert(), credential=credential, sent_at=at)
     except contract.ContractError as exc:
         return Decoded(None, Refused(raw, str(exc)))
     except Exception as exc:  # a binding library refusing a malformed message
@@ -52,9 +74,16 @@ class Committer:
     """Commits batches for one bus source, retrying (with `bridge.infra.backoff`) while the store
     fails; the caller acknowledges its messages after `commit` returned."""
 
-    def __init__(self, name: str, ingestor: Ingestor, config: _BusSource) -> None:
+    def __init__(
+        self,
+        name: str,
+        ingestor: Ingestor,
+        config: _BusSource,
+        identity: IdentityGate | None = None,
+    ) -> None:
         self.name = name
         self.ingestor = ingestor
+        self.identity = identity
         self._backoff = Backoff(config.retry_initial, config.retry_max, lambda _state: None)
         #: The store's last error while it keeps failing (health), None once it commits.
         self.failing: str | None = None
@@ -65,9 +94,7 @@ class Committer:
     ) -> IngestResult:
         """Commit `messages` (and the positions they reach) in one transaction; retries
         until it succeeds, so only cancellation (the source stopping) ends it otherwise."""
-        refused = [m.refused for m in messages if m.refused is not None]
-        accepted, invalid = classify(m.body for m in messages if m.body is not None)
-        refused.extend(r for _, r in invalid)
+        accepted, refused = self._screened(messages)
         retrying = AsyncRetrying(
             wait=self._backoff,
             retry=retry_if_exception_type(StoreError),
@@ -85,6 +112,24 @@ class Committer:
         self.failing = None
         self.committed += len(messages)
         return result
+
+    def _screened(self, messages: Sequence[Decoded]) -> tuple[list[Accepted], list[Refused]]:
+        """The valid events of `messages` the identity gate lets through, in their order, and
+        the refused ones (not events, invalid, or refused by the gate, with the reasons).
+        Each message is screened alone against the credential it carries: on a bus every
+        message is its own request (the credential check is cached, so this is one lookup)."""
+        accepted: list[Accepted] = []
+        refused: list[Refused] = []
+        for message in messages:
+            if message.body is None:
+                if message.refused is not None:
+                    refused.append(message.refused)
+                continue
+            valid, invalid = classify([message.body])
+            gated = screen(self.identity, message.credential, valid, invalid, message.sent_at)
+            accepted.extend(replace(a, attested=gated.attested) for a in gated.accepted)
+            refused.extend(r for _, r in gated.refused)
+        return accepted, refused
 
     def _note(self, state: object) -> None:
         outcome = getattr(state, "outcome", None)

@@ -16,7 +16,9 @@ While the store cannot commit, the batch is retried with backoff and the partiti
 sidecars' Event Hubs sink sends them: structured (`application/cloudevents+json`, the body
 kept as received) and binary (`cloudEvents_*` application properties, rebuilt with the
 CloudEvents SDK). Anything else, or an invalid event, is refused into the rejected table and
-its position is checkpointed with the batch, so it cannot loop.
+its position is checkpointed with the batch, so it cannot loop. With `identity` set, the
+`bridgecredential` application property is screened (`bridge.fleet.sources.bus`): a refused
+message goes to the rejected table and is checkpointed past too.
 
 `azure.eventhub` (and `azure.identity` for Azure AD) are imported when the source starts.
 """
@@ -29,9 +31,10 @@ import logging
 from typing import Any
 
 from bridge.fleet.bus_config import EventHubsSourceConfig
+from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode
-from bridge.transports.eventhubs import event_body, open_client
+from bridge.transports.eventhubs import event_body, event_credential, open_client
 
 log = logging.getLogger("bridge.fleet.eventhubs")
 
@@ -41,9 +44,10 @@ _STARTS = {"earliest": "-1", "latest": "@latest"}
 class EventHubsSource:
     """`[[fleet.sources]] type = "eventhubs"` (see the module docstring)."""
 
-    def __init__(self, config: EventHubsSourceConfig) -> None:
+    def __init__(self, config: EventHubsSourceConfig, identity: IdentityGate | None = None) -> None:
         self.name = config.name
         self._config = config
+        self.identity = identity
         self._client: Any = None
         self._credential: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -72,7 +76,7 @@ class EventHubsSource:
         return client
 
     async def start(self, ingestor: Ingestor) -> None:
-        self._committer = Committer(self.name, ingestor, self._config)
+        self._committer = Committer(self.name, ingestor, self._config, self.identity)
         self._client = self._make_client(ingestor)
         self._task = asyncio.create_task(self._receive(ingestor), name=f"fleet-{self.name}")
 
@@ -160,4 +164,7 @@ class EventHubsSource:
 
 
 def _decoded(data: Any) -> Decoded:
-    return decode(b"".join(data.body), lambda: event_body(data))
+    # enqueued_time: set by Event Hubs when it took the message
+    return decode(
+        b"".join(data.body), lambda: event_body(data), event_credential(data), data.enqueued_time
+    )

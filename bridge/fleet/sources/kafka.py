@@ -17,7 +17,9 @@ Nothing is lost and nothing doubled:
   over starts right after it. A consumer joining mid-stream starts at the group's offsets.
 - Both modes of the CloudEvents Kafka binding are read (`bridge.transports.kafka_binding`);
   a message that is neither, or not a valid event of schema v1, goes to the rejected table
-  with its reason and is committed past, so it cannot stall its partition.
+  with its reason and is committed past, so it cannot stall its partition. With `identity`
+  set, the `bridgecredential` header is screened (`bridge.fleet.sources.bus`): a refused
+  message goes to the rejected table and is committed past too.
 
 `/readyz` shows the source false until the consumer joined the group, while every broker is
 unreachable, and while the store cannot commit. Stopping closes the consumer (leaving the
@@ -32,12 +34,14 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode
-from bridge.transports.kafka_binding import to_structured_json
+from bridge.transports.kafka_binding import record_credential, to_structured_json
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -48,13 +52,22 @@ log = logging.getLogger("bridge.fleet.kafka")
 IDLE_POLL = 0.5
 #: Seconds `stop` waits for the consumer to leave the group.
 CLOSE_TIMEOUT = 30.0
+#: `confluent_kafka.TIMESTAMP_LOG_APPEND_TIME`: the broker stamped the message (a topic with
+#: `message.timestamp.type=LogAppendTime`); the default CreateTime is the producer's word.
+LOG_APPEND_TIME = 2
 
 
 def decoded(message: Message) -> Decoded:
     """One message as its event's structured JSON, or refused with the reason."""
     value = message.value() or b""
+    headers = message.headers()
+    kind, stamp = message.timestamp()
+    taken = datetime.fromtimestamp(stamp / 1000, UTC) if kind == LOG_APPEND_TIME else None
     return decode(
-        value, lambda: to_structured_json(message.headers(), message.value(), message.key())
+        value,
+        lambda: to_structured_json(headers, message.value(), message.key()),
+        record_credential(headers),
+        taken,
     )
 
 
@@ -70,9 +83,10 @@ def next_offsets(messages: Sequence[Message]) -> dict[tuple[str, int], int]:
 class KafkaSource:
     """`[[fleet.sources]] type = "kafka"` (see the module docstring)."""
 
-    def __init__(self, config: KafkaSourceConfig) -> None:
+    def __init__(self, config: KafkaSourceConfig, identity: IdentityGate | None = None) -> None:
         self.name = config.name
         self._config = config
+        self.identity = identity
         self.servers, self.topic = config.target()
         self._committer: Committer | None = None
         self._thread: threading.Thread | None = None
@@ -89,7 +103,7 @@ class KafkaSource:
         return f"KafkaSource(name={self.name!r}, topic={self.topic!r})"
 
     async def start(self, ingestor: Ingestor) -> None:
-        self._committer = Committer(self.name, ingestor, self._config.bus())
+        self._committer = Committer(self.name, ingestor, self._config.bus(), self.identity)
         consumer = await asyncio.to_thread(self._consumer)
         self._stopping.clear()
         self._failure = None

@@ -11,7 +11,9 @@ makes the replay a duplicate, never a double.
 Both content modes of the sidecars' Pub/Sub sink (Google's CloudEvents binding) are read:
 binary (`ce-*` attributes, the JSON `data` as the message) and structured (the whole event
 as the message). A message that is neither, or not a valid event of schema v1, goes to the
-rejected table with its reason and is acknowledged, so it cannot loop.
+rejected table with its reason and is acknowledged, so it cannot loop. With `identity` set,
+the `bridgecredential` attribute is screened (`bridge.fleet.sources.bus`): a refused message
+goes to the rejected table and is acknowledged too.
 
 A broken stream (subscription deleted, permissions, a long outage) ends the client's pull
 future: `/readyz` turns false for the source with the reason, and the source subscribes
@@ -31,10 +33,11 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_exception_type
 
 from bridge.fleet.bus_config import PubsubSourceConfig
+from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode, next_batch
 from bridge.infra.backoff import Backoff
-from bridge.transports.pubsub import PUBSUB_SCOPE, message_event
+from bridge.transports.pubsub import PUBSUB_SCOPE, message_credential, message_event
 
 log = logging.getLogger("bridge.fleet.pubsub")
 
@@ -42,9 +45,10 @@ log = logging.getLogger("bridge.fleet.pubsub")
 class PubsubSource:
     """`[[fleet.sources]] type = "pubsub"` (see the module docstring)."""
 
-    def __init__(self, config: PubsubSourceConfig) -> None:
+    def __init__(self, config: PubsubSourceConfig, identity: IdentityGate | None = None) -> None:
         self.name = config.name
         self._config = config
+        self.identity = identity
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._subscriber: Any = None
@@ -71,7 +75,7 @@ class PubsubSource:
         return pubsub_v1.SubscriberClient(**kwargs)
 
     async def start(self, ingestor: Ingestor) -> None:
-        self._committer = Committer(self.name, ingestor, self._config)
+        self._committer = Committer(self.name, ingestor, self._config, self.identity)
         self._subscriber = await asyncio.to_thread(self._client)
         self._tasks = [
             asyncio.create_task(self._stream(), name=f"fleet-{self.name}-stream"),
@@ -178,7 +182,13 @@ class PubsubSource:
 
 
 def _decoded(message: Any) -> Decoded:
-    return decode(message.data, lambda: message_event(message.data, message.attributes))
+    attributes = message.attributes
+    return decode(
+        message.data,
+        lambda: message_event(message.data, attributes),
+        message_credential(attributes),
+        message.publish_time,  # set by Pub/Sub when it took the message
+    )
 
 
 class _StreamEnded(Exception):
