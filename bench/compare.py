@@ -226,6 +226,8 @@ class Row:
         change = self.change
         if math.isnan(change):
             return False
+        # rounded: 4.4 against 4.0 is 10 % exactly, not 10.0000000000001 %
+        change = round(change, 9)
         return change < -TOLERANCE if self.figure.higher_is_better else change > TOLERANCE
 
 

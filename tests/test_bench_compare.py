@@ -67,6 +67,7 @@ def test_comparing_head_with_itself_writes_a_report_with_a_ratio_per_figure(
     [
         (10.0, 11.5, False, True),  # a latency up by 15 %
         (10.0, 10.9, False, False),  # up by 9 %: within the tolerance
+        (4.0, 4.4, False, False),  # up by 10 % exactly (in floating point, a hair over)
         (10.0, 5.0, False, False),  # down: better
         (1000.0, 850.0, True, True),  # a rate down by 15 %
         (1000.0, 1500.0, True, False),  # a rate up: better
