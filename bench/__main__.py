@@ -1,4 +1,5 @@
-"""`python -m bench [--quick] [--out DIR]`: run every benchmark, write report.md and latency.png.
+"""`python -m bench [--quick] [--out DIR]`: run every benchmark, write report.md, results.json
+(the figures, for `python -m bench.compare`) and latency.png.
 
 The full run takes 5 to 6 minutes on a 2-core VM; `--quick` runs each part on tiny
 sizes in about a minute (to check the suite works, not to quote its figures). Latency and
@@ -15,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from bench.report import (
     PLAIN_DRAIN,
     PLAIN_LABEL,
     Results,
+    dump,
     plot,
     render,
     targets,
@@ -72,7 +75,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-pubsub", action="store_true", help="skip the drain to the Pub/Sub emulator"
     )
+    parser.add_argument(
+        "--parts",
+        type=_parts,
+        default=list(PARTS),
+        metavar="NAME,...",
+        help=f"run only these parts, in this order (default: all of {', '.join(PARTS)})",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="write only the figures, as JSON, to FILE: no report, plot or profiles "
+        "(what `python -m bench.compare` reads)",
+    )
     return parser.parse_args(argv)
+
+
+def _parts(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PARTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown part(s) {', '.join(unknown) or '(none given)'}; the parts: {', '.join(PARTS)}"
+        )
+    return names
 
 
 def sizes_of(args: argparse.Namespace) -> Sizes:
@@ -102,122 +129,175 @@ async def start_receiver(module: str, workdir: Path) -> tuple[Proc, Receiver]:
     return proc, receiver
 
 
-async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
+@dataclass
+class Bench:
+    """What every part of a run shares: its sizes, its directory, the two receivers (ours and
+    the plain `http.server` one), and the results it fills in."""
+
+    sizes: Sizes
+    workdir: Path
+    receiver: Receiver
+    plain: Receiver
+    results: Results
+    #: Whether the parts may add profiles (import times, RSS by import) that only the
+    #: report's "what costs it" section reads; a comparison needs only the figures.
+    profiles: bool = True
+
+
+async def _gce(b: Bench) -> None:
+    step(f"latency: {b.sizes.transitions} GCE transitions")
+    b.results.gce = await latency.gce(b.sizes.transitions, b.workdir, b.receiver)
+
+
+async def _azure(b: Bench) -> None:
+    step(f"latency: {b.sizes.transitions} Azure transitions (1 s, 0.25 s, sample)")
+    b.results.azure = await latency.azure(
+        b.sizes.transitions, b.workdir, b.receiver, b.sizes.azure_spacing
+    )
+
+
+async def _aws(b: Bench) -> None:
+    aws_transitions = max(2, b.sizes.transitions // 2)
+    step(f"latency: {aws_transitions} AWS transitions (1 s, 0.25 s)")
+    b.results.aws = await aws.latency(aws_transitions, b.workdir, b.receiver)
+
+
+async def _gce_plain(b: Bench) -> None:
+    step(f"latency against plain http.server: {b.sizes.transitions} GCE transitions")
+    b.results.gce_plain = await latency.gce(b.sizes.transitions, b.workdir, b.plain, plain=True)
+
+
+async def _azure_plain(b: Bench) -> None:
+    count = b.sizes.plain_azure_transitions
+    step(f"latency against plain http.server: {count} Azure transitions")
+    b.results.azure_plain = await latency.azure(
+        count, b.workdir, b.plain, b.sizes.azure_spacing, plain=True
+    )
+
+
+async def _idle(b: Bench) -> None:
+    step(f"idle cost and footprint: {b.sizes.idle_seconds:g} s")
+    b.results.idle = await idle.measure(
+        b.sizes.idle_seconds, b.sizes.idle_warmup, b.workdir, b.receiver
+    )
+
+
+async def _startup(b: Bench) -> None:
+    step(f"start-up: {b.sizes.startup_runs} run(s) each")
+    b.results.startup = await startup.measure(b.sizes.startup_runs, b.workdir, b.receiver)
+    if b.profiles:
+        b.results.import_profile = startup.import_profile(with_sdks=False)
+        b.results.import_profile_sdks = startup.import_profile(with_sdks=True)
+        b.results.rss_profile = idle.rss_by_import(startup.RUN_PATH)
+
+
+async def _commit_latency(b: Bench) -> None:
+    step(f"spool commit: {b.sizes.commit_samples} notices")
+    b.results.commit_ms = await drain.commit_latency(b.sizes.commit_samples)
+
+
+async def _webhook_drains(b: Bench) -> None:
+    step(f"backlog drains to the webhook receiver: {b.sizes.drain_events} events")
+    for mode_name in ("structured", "batch"):
+        sink = {"type": "webhook", "url": b.receiver.url(f"drain-{mode_name}"), "mode": mode_name}
+        b.results.drains.append(
+            await drain.drain(f"webhook, {mode_name}", sink, b.sizes.drain_events)
+        )
+
+
+async def _plain_drains(b: Bench) -> None:
+    """The drains into the plain receivers, each next to its yardsticks."""
+    events, plain = b.sizes.drain_events, b.plain
+    step(f"backlog drains to the plain receivers: {events} events")
+    b.results.drains.append(
+        await drain.drain(PLAIN_DRAIN, webhook(plain.url("drain-plain"), "structured"), events)
+    )
+    for label, prefix in ((PLAIN_LABEL, "drain"), (ANSWERING_LABEL, ANSWERED)):
+        if label == ANSWERING_LABEL:
+            b.results.drains.append(
+                await drain.drain(
+                    ANSWERED_DRAIN,
+                    webhook(plain.url(f"{ANSWERED}-bridge"), "structured"),
+                    events,
+                )
+            )
+        b.results.drains.append(
+            await asyncio.to_thread(
+                drain.sync_client,
+                plain.url(f"{prefix}-sync-client"),
+                events,
+                drain.yardstick(drain.SYNC_CLIENT, label),
+            )
+        )
+        b.results.drains.append(
+            await drain.client_alone(
+                plain.url(f"{prefix}-client-alone"),
+                events,
+                drain.yardstick(drain.HTTP1_ALONE, label),
+            )
+        )
+
+
+async def _pubsub(b: Bench) -> None:
+    if not b.sizes.pubsub:
+        b.results.skipped.append(
+            "Backlog drain to the Pub/Sub emulator (quick mode or --no-pubsub)"
+        )
+        return
+    await _drain_to(b, "the Pub/Sub emulator", drain.pubsub)
+
+
+async def _kafka(b: Bench) -> None:
+    await _drain_to(b, "the Kafka mock cluster", drain.kafka)
+
+
+async def _drain_to(
+    b: Bench, where: str, drain_into: Callable[[int], Awaitable[drain.Drain | str]]
+) -> None:
+    """A drain into a local server that may be missing here (its reason is then reported)."""
+    step(f"backlog drain to {where}: {b.sizes.drain_events} events")
+    outcome = await drain_into(b.sizes.drain_events)
+    if isinstance(outcome, str):
+        b.results.skipped.append(f"Backlog drain to {where}: {outcome}")
+    else:
+        b.results.drains.append(outcome)
+
+
+#: The parts of a run, in the order a full run plays them (`--parts` picks some; each
+#: fills in its own fields of `Results`, so a comparison can run them one by one).
+PARTS: dict[str, Callable[[Bench], Awaitable[None]]] = {
+    "gce": _gce,
+    "azure": _azure,
+    "aws": _aws,
+    "gce-plain": _gce_plain,
+    "azure-plain": _azure_plain,
+    "idle": _idle,
+    "startup": _startup,
+    "commit": _commit_latency,
+    "drain-webhook": _webhook_drains,
+    "drain-plain": _plain_drains,
+    "pubsub": _pubsub,
+    "kafka": _kafka,
+}
+
+
+async def run(
+    sizes: Sizes,
+    mode: str,
+    workdir: Path,
+    parts: Sequence[str] = tuple(PARTS),
+    profiles: bool = True,
+) -> Results:
     results = Results(mode, load=[_load()], commit=_commit())
     began = time.monotonic()
     receiver_proc, receiver = await start_receiver("bench.receiver", workdir)
     plain_proc, plain = await start_receiver("bench.plain", workdir)
+    bench = Bench(sizes, workdir, receiver, plain, results, profiles)
     try:
-        step(f"latency: {sizes.transitions} GCE transitions")
-        results.gce = await latency.gce(sizes.transitions, workdir, receiver)
-        step(f"latency: {sizes.transitions} Azure transitions (1 s, 0.25 s, sample)")
-        results.azure = await latency.azure(
-            sizes.transitions, workdir, receiver, sizes.azure_spacing
-        )
-        aws_transitions = max(2, sizes.transitions // 2)
-        step(f"latency: {aws_transitions} AWS transitions (1 s, 0.25 s)")
-        results.aws = await aws.latency(aws_transitions, workdir, receiver)
-        step(f"latency against plain http.server: {sizes.transitions} GCE transitions")
-        results.gce_plain = await latency.gce(sizes.transitions, workdir, plain, plain=True)
-        count = sizes.plain_azure_transitions
-        step(f"latency against plain http.server: {count} Azure transitions")
-        results.azure_plain = await latency.azure(
-            count, workdir, plain, sizes.azure_spacing, plain=True
-        )
-        step(f"idle cost and footprint: {sizes.idle_seconds:g} s")
-        results.idle = await idle.measure(sizes.idle_seconds, sizes.idle_warmup, workdir, receiver)
-        step(f"start-up: {sizes.startup_runs} run(s) each")
-        results.startup = await startup.measure(sizes.startup_runs, workdir, receiver)
-        results.import_profile = startup.import_profile(with_sdks=False)
-        results.import_profile_sdks = startup.import_profile(with_sdks=True)
-        results.rss_profile = idle.rss_by_import(startup.RUN_PATH)
-        step(f"spool commit and backlog drains: {sizes.drain_events} events")
-        results.commit_ms = await drain.commit_latency(sizes.commit_samples)
-        for mode_name in ("structured", "batch"):
-            sink = {"type": "webhook", "url": receiver.url(f"drain-{mode_name}"), "mode": mode_name}
-            results.drains.append(
-                await drain.drain(f"webhook, {mode_name}", sink, sizes.drain_events)
-            )
-        results.drains.append(
-            await drain.drain(
-                PLAIN_DRAIN, webhook(plain.url("drain-plain"), "structured"), sizes.drain_events
-            )
-        )
-        for label, prefix in ((PLAIN_LABEL, "drain"), (ANSWERING_LABEL, ANSWERED)):
-            if label == ANSWERING_LABEL:
-                results.drains.append(
-                    await drain.drain(
-                        ANSWERED_DRAIN,
-                        webhook(plain.url(f"{ANSWERED}-bridge"), "structured"),
-                        sizes.drain_events,
-                    )
-                )
-            results.drains.append(
-                await asyncio.to_thread(
-                    drain.sync_client,
-                    plain.url(f"{prefix}-sync-client"),
-                    sizes.drain_events,
-                    drain.yardstick(drain.SYNC_CLIENT, label),
-                )
-            )
-            results.drains.append(
-                await drain.client_alone(
-                    plain.url(f"{prefix}-client-alone"),
-                    sizes.drain_events,
-                    drain.yardstick(drain.HTTP1_ALONE, label),
-                )
-            )
-        if sizes.pubsub:
-            outcome = await drain.pubsub(sizes.drain_events)
-            if isinstance(outcome, str):
-                results.skipped.append(f"Backlog drain to the Pub/Sub emulator: {outcome}")
-            else:
-                results.drains.append(outcome)
-        else:
-            results.skipped.append(
-                "Backlog drain to the Pub/Sub emulator (quick mode or --no-pubsub)"
-            )
-        outcome = await drain.kafka(sizes.drain_events)
-        if isinstance(outcome, str):
-            results.skipped.append(f"Backlog drain to the Kafka mock cluster: {outcome}")
-        else:
-            results.drains.append(outcome)
-        missed = [t.label for t in targets(results) if t.missed()]
-        if any("Idle CPU" in label for label in missed):
-            step("profiling the idle Azure bridge")
-            results.idle_profile = await idle.profile_azure_poll(
-                max(10.0, sizes.idle_seconds / 2), workdir, receiver
-            )
-        if any("drain, webhook (structured" in label for label in missed):
-            step("profiling the structured webhook drain")
-            sink = {"type": "webhook", "url": receiver.url("drain-profile")}
-            results.drain_profile = [
-                *await drain.drain_steps(
-                    webhook(receiver.url("drain-steps")), min(2000, sizes.drain_events)
-                ),
-                "",
-                *await drain.profile_drain(sink, min(2000, sizes.drain_events)),
-            ]
-        if any(f"{PLAIN_LABEL} receiver" in label for label in missed):
-            step("profiling the structured webhook drain to the plain receiver")
-            results.drain_profile_plain = [
-                *await drain.drain_steps(
-                    webhook(plain.url("drain-plain-steps")), min(2000, sizes.drain_events)
-                ),
-                "",
-                *await drain.profile_drain(
-                    webhook(plain.url("drain-plain-profile")), min(2000, sizes.drain_events)
-                ),
-            ]
-        reruns: Reruns = {}
-        for target in targets(results):
-            if target.missed() and "latency" in target.label:
-                step(f"profiling: {target.label}")
-                at_plain = PLAIN_LABEL in target.label
-                results.latency_profiles[target.label] = await latency_profile(
-                    target.label, results, workdir, plain if at_plain else receiver,
-                    min(60, sizes.transitions), reruns,
-                )  # fmt: skip
+        for name in parts:
+            await PARTS[name](bench)
+        if profiles:
+            await _profile_misses(bench)
     finally:
         for handle, proc in ((receiver, receiver_proc), (plain, plain_proc)):
             await handle.close()
@@ -225,6 +305,47 @@ async def run(sizes: Sizes, mode: str, workdir: Path) -> Results:
     results.seconds = time.monotonic() - began
     results.load.append(_load())
     return results
+
+
+async def _profile_misses(b: Bench) -> None:
+    """Profiles for the targets the run missed: what the report's last section shows."""
+    sizes, workdir, receiver, plain, results = b.sizes, b.workdir, b.receiver, b.plain, b.results
+    missed = [t.label for t in targets(results) if t.missed()]
+    if any("Idle CPU" in label for label in missed):
+        step("profiling the idle Azure bridge")
+        results.idle_profile = await idle.profile_azure_poll(
+            max(10.0, sizes.idle_seconds / 2), workdir, receiver
+        )
+    if any("drain, webhook (structured" in label for label in missed):
+        step("profiling the structured webhook drain")
+        sink = {"type": "webhook", "url": receiver.url("drain-profile")}
+        results.drain_profile = [
+            *await drain.drain_steps(
+                webhook(receiver.url("drain-steps")), min(2000, sizes.drain_events)
+            ),
+            "",
+            *await drain.profile_drain(sink, min(2000, sizes.drain_events)),
+        ]
+    if any(f"{PLAIN_LABEL} receiver" in label for label in missed):
+        step("profiling the structured webhook drain to the plain receiver")
+        results.drain_profile_plain = [
+            *await drain.drain_steps(
+                webhook(plain.url("drain-plain-steps")), min(2000, sizes.drain_events)
+            ),
+            "",
+            *await drain.profile_drain(
+                webhook(plain.url("drain-plain-profile")), min(2000, sizes.drain_events)
+            ),
+        ]
+    reruns: Reruns = {}
+    for target in targets(results):
+        if target.missed() and "latency" in target.label:
+            step(f"profiling: {target.label}")
+            at_plain = PLAIN_LABEL in target.label
+            results.latency_profiles[target.label] = await latency_profile(
+                target.label, results, workdir, plain if at_plain else receiver,
+                min(60, sizes.transitions), reruns,
+            )  # fmt: skip
 
 
 def _commit() -> str | None:
@@ -310,23 +431,48 @@ def _series_key(label: str) -> str:
     return "azure-1s" if "1 s" in label else "azure-0.25s"
 
 
+def measured_tree() -> Path:
+    """The checkout whose `bridge` and `sinks` this process imports: it must be the one this
+    `bench` comes from (its processes run with that checkout first on PYTHONPATH), or the
+    figures would belong to other code than the report names (an editable install of
+    another checkout, a stray PYTHONPATH)."""
+    import bridge
+    import sinks
+
+    for package in (bridge, sinks):
+        where = Path(package.__file__ or "").resolve()
+        if not where.is_relative_to(ROOT):
+            raise SystemExit(
+                f"bench: {package.__name__} is imported from {where.parent}, not from this "
+                f"benchmark's checkout {ROOT}: run it from {ROOT} (or with PYTHONPATH={ROOT})"
+            )
+    return ROOT
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    measured_tree()
     sizes = sizes_of(args)
     mode = "quick (tiny sizes, figures not meaningful)" if args.quick else "full"
     workdir = Path(tempfile.mkdtemp(prefix="bench-"))
     try:
-        results = asyncio.run(run(sizes, mode, workdir))
+        results = asyncio.run(run(sizes, mode, workdir, args.parts, profiles=args.json is None))
     except BaseException:
         print(f"[bench] failed; the processes' logs are in {workdir}", file=sys.stderr)
         raise
     shutil.rmtree(workdir, ignore_errors=True)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(dump(results))
+        step(f"wrote {args.json}")
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     report = render(results)
     (args.out / "report.md").write_text(report)
+    (args.out / "results.json").write_text(dump(results))
     plot(results, args.out / "latency.png")
     print(report)
-    step(f"wrote {args.out / 'report.md'} and {args.out / 'latency.png'}")
+    step(f"wrote {args.out / 'report.md'}, results.json and latency.png")
     return 0
 
 

@@ -3,12 +3,15 @@ the details behind each, profiles for what missed, and the latency-distribution 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from bench.drain import HTTP1_ALONE, SYNC_CLIENT, Drain, yardstick
 from bench.idle import Idle
@@ -58,6 +61,31 @@ class Results:
     idle_profile: list[str] = field(default_factory=list)
     #: Per missed latency target (its label): the slowest transitions, then a CPU profile.
     latency_profiles: dict[str, list[str]] = field(default_factory=dict)
+
+
+def dump(results: Results) -> str:
+    """The figures of a run as JSON (results.json), which `load` reads back: what a comparison
+    of two revisions collects from each of its runs. NaN (nothing measured) stays NaN."""
+    return json.dumps(dataclasses.asdict(results), indent=1)
+
+
+def load(text: str) -> Results:
+    """`Results` from `dump`'s JSON (the same version of this module wrote it)."""
+    results = Results(**json.loads(text))
+    for key in ("gce", "azure", "aws", "gce_plain", "azure_plain"):
+        setattr(results, key, [Series(**item) for item in _objects(getattr(results, key))])
+    results.idle = [Idle(**item) for item in _objects(results.idle)]
+    results.startup = [Startup(**item) for item in _objects(results.startup)]
+    results.drains = [Drain(**item) for item in _objects(results.drains)]
+    for key in ("import_profile", "import_profile_sdks"):
+        total, ranked = getattr(results, key)
+        setattr(results, key, (total, [(ms, name) for ms, name in ranked]))
+    return results
+
+
+def _objects(loaded: object) -> list[dict[str, Any]]:
+    """A list field as `json.loads` left it: JSON objects, not yet the dataclasses named."""
+    return cast(list[dict[str, Any]], loaded)
 
 
 def machine() -> str:

@@ -1,7 +1,7 @@
 """The benchmark suite still runs end to end (its quickest mode, tiny sizes).
 
-Not a timed test: it asserts that every part produced figures and that the report and the
-plot were written, never what the figures are.
+Not a timed test: it asserts that every part produced figures and that the report, the
+figures' JSON and the plot were written, never what the figures are.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import main
+from bench.report import load
 
 pytestmark = pytest.mark.slow
 
@@ -47,3 +48,5 @@ def test_the_quick_benchmark_writes_a_report_and_a_plot(tmp_path: Path) -> None:
     assert "not measured" not in report
     assert "Commit measured: " in report
     assert (tmp_path / "latency.png").read_bytes().startswith(b"\x89PNG")
+    figures = load((tmp_path / "results.json").read_text())  # what bench.compare reads
+    assert [len(s.total) for s in figures.gce] == [4, 4]
