@@ -20,12 +20,33 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, TypeVar
 
+import tenacity
+
 from bridge.fleet import migrations, sql
 from bridge.fleet.reads import ReadQueries
 from bridge.fleet.store import Batch, IngestResult, StoreError, UnstorableError
 from bridge.fleet.writes import apply
 
 T = TypeVar("T")
+
+
+#: How long a write (and the switch to WAL) waits for another connection's lock.
+BUSY_TIMEOUT_S: Final = 10
+
+
+def _wal(db: sqlite3.Connection) -> None:
+    """Switch the file to WAL. The switch takes the file's exclusive lock and SQLite does not
+    wait for it (`busy_timeout` does not apply), so replicas opening a new file at once
+    would fail with "database is locked": the switch is retried for as long as a busy
+    write would wait."""
+    for attempt in tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda e: "locked" in str(e)),
+        stop=tenacity.stop_after_delay(BUSY_TIMEOUT_S),
+        wait=tenacity.wait_random(0.01, 0.1),
+        reraise=True,
+    ):
+        with attempt:
+            db.execute("PRAGMA journal_mode=WAL")
 
 
 class SqliteStore(ReadQueries):
@@ -45,7 +66,7 @@ class SqliteStore(ReadQueries):
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA busy_timeout=10000")
+        db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
         return db
 
     def _open(self) -> None:
@@ -55,7 +76,7 @@ class SqliteStore(ReadQueries):
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = self._connect()
-            db.execute("PRAGMA journal_mode=WAL")
+            _wal(db)
             db.execute("PRAGMA synchronous=FULL")
             migrations.upgrade(db, migrations.SQLITE, f"at {self.path}")
             self._write_db = db
@@ -75,7 +96,7 @@ class SqliteStore(ReadQueries):
                 isolation_level=None,
                 check_same_thread=False,
             )
-            db.execute("PRAGMA busy_timeout=10000")
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
             found = db.execute(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'"
             ).fetchone()[0]
