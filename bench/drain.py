@@ -87,18 +87,26 @@ async def drain(name: str, sink: dict[str, Any], total: int) -> Drain:
         # copies would otherwise make every garbage collection of the drain scan them.
         del events, rows
         gc.collect()
-        dispatcher = Dispatcher(spool, sinks)
-        started = time.perf_counter()
-        dispatcher.start()
-        dispatcher.notify()
-        stats = dispatcher.stats[sinks[0].name]
-        deadline = started + max(60.0, total / 50)
-        while stats.delivered < total:
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"{name}: only {stats.delivered} of {total} delivered")
-            await asyncio.sleep(0.01)
-        elapsed = time.perf_counter() - started
-        await dispatcher.stop(5.0)
+        # A bridge runs in a process of its own; this drain runs in the driver, whose heap
+        # holds what the earlier parts of a run left (simulators, request logs, results).
+        # Frozen out of the collections, it no longer slows the drain down by the part's
+        # place in the run (a full run measured 1,692 ev/s where the part alone made 2,976).
+        gc.freeze()
+        try:
+            dispatcher = Dispatcher(spool, sinks)
+            started = time.perf_counter()
+            dispatcher.start()
+            dispatcher.notify()
+            stats = dispatcher.stats[sinks[0].name]
+            deadline = started + max(60.0, total / 50)
+            while stats.delivered < total:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"{name}: only {stats.delivered} of {total} delivered")
+                await asyncio.sleep(0.01)
+            elapsed = time.perf_counter() - started
+            await dispatcher.stop(5.0)
+        finally:
+            gc.unfreeze()
         await spool.close()
     return Drain(name, total, total / elapsed)
 

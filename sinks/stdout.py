@@ -8,6 +8,7 @@ from typing import Literal
 
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge.infra.stdout import output_closed
 from bridge.sinkapi import Encoded, Ok, Result, Retry, Sink, SinkConfig, serialize
 
 
@@ -46,7 +47,8 @@ class StdoutSink(Sink):
                 sys.stdout.write(line + "\n")
             sys.stdout.flush()
         except OSError as exc:  # a closed pipe is transient from our point of view
-            if isinstance(exc, BrokenPipeError) and self._on_closed is not None:
+            # BrokenPipeError, or EINVAL on Windows: the reader went away either way.
+            if output_closed(exc) and self._on_closed is not None:
                 self._on_closed()
             return Retry(f"cannot write to stdout: {exc}")
         return Ok()

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 from cloudevents.core.v1.event import CloudEvent
 
+from bridge.pipeline import spool as spool_module
+from bridge.pipeline import spool_outbox
 from bridge.pipeline.dispatch import READ_AHEAD, Dispatcher
 from bridge.pipeline.events import serialize
-from bridge.pipeline.spool import DB_NAME, NewEvent, Spool, Spooled
+from bridge.pipeline.spool import DB_NAME, NewEvent, Spool, SpoolError
 from bridge.sinkapi import Reject, Result, Retry
 from sinks.memory import MemorySink
 from tests.factories import instance, sample_events
@@ -179,36 +181,28 @@ async def test_order_per_instance_is_kept(spool: Spool) -> None:
         assert got == [e.get_id() for e in mixed if e.get_subject() == vm]
 
 
-async def test_the_dispatcher_reads_during_the_fsync_and_sends_after_it(
+async def test_nothing_is_sent_before_the_commits_fsync_and_commit_returns_after_it(
     spool: Spool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The dispatcher is woken as soon as the commit is written and reads the new event
-    while the commit is fsynced, but sends nothing before that fsync is done, and `commit`
-    returns only then (the watcher's checkpoint is acknowledged exactly as late as before).
-    The test holds `os.fsync` back: a disk that is slow on demand cannot be had here."""
-    release = threading.Event()
-    fsync = os.fsync
+    """The dispatcher is woken only once the commit is fsynced, and `commit` returns only
+    then (the watcher's checkpoint is acknowledged exactly as late as before). The test
+    holds the data sync back: a disk that is slow on demand cannot be had here."""
+    entered, release = threading.Event(), threading.Event()
+    sync = spool_module._sync_data
 
-    def held_fsync(fd: int) -> None:
+    def held_sync(fd: int) -> None:
+        entered.set()
         release.wait(10)
-        fsync(fd)
+        sync(fd)
 
-    reads: list[int] = []
-    pending = spool.pending
-
-    async def counted_pending(sink: str, limit: int, after: int = 0) -> list[Spooled]:
-        window = await pending(sink, limit, after)
-        reads.extend(item.seq for item in window if sink == "a")
-        return window
-
-    monkeypatch.setattr(os, "fsync", held_fsync)
-    monkeypatch.setattr(spool, "pending", counted_pending)
+    monkeypatch.setattr(spool_module, "_sync_data", held_sync)
     sink = MemorySink("a")
     dispatcher = Dispatcher(spool, [sink, MemorySink("b")])
     dispatcher.start()
     commit = asyncio.create_task(spool.commit(rows(sample_events(1)), {"gce": {"n": 1}}))
     try:
-        await eventually(lambda: len(reads) == 1)  # read while the fsync is held
+        await eventually(entered.is_set)
+        await asyncio.sleep(0.05)  # room for a wrong early send to show
         assert sink.events == []
         assert not commit.done()
     finally:
@@ -217,6 +211,78 @@ async def test_the_dispatcher_reads_during_the_fsync_and_sends_after_it(
     await sink.wait_for(1)
     await dispatcher.stop(1.0)
     assert await spool.load_checkpoint("gce") == {"n": 1}
+
+
+async def test_a_failed_fsync_fails_the_commit_and_holds_its_events_until_one_succeeds(
+    spool: Spool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transaction is written but not durable: `commit` raises, nothing is sent, and
+    the watcher's retry of the same commit (same ids, ignored) fsyncs and releases it.
+    A failing disk cannot be had here: the data sync raises what a failing disk raises."""
+    sync = spool_module._sync_data
+    failures = [OSError(5, "Input/output error")]
+
+    def failing_sync(fd: int) -> None:
+        if failures:
+            raise failures.pop()
+        sync(fd)
+
+    monkeypatch.setattr(spool_module, "_sync_data", failing_sync)
+    sink = MemorySink("a")
+    dispatcher = Dispatcher(spool, [sink, MemorySink("b")])
+    dispatcher.start()
+    dispatcher.notify()
+    spooled = rows(sample_events(1))
+    with pytest.raises(SpoolError, match="Input/output error"):
+        await spool.commit(spooled, {"gce": {"n": 1}})
+    assert spool.writes.failing_since is not None
+    dispatcher.notify()  # a worker that reads the written event must still hold it
+    await asyncio.sleep(0.05)
+    assert sink.events == []
+    assert await spool.commit(spooled, {"gce": {"n": 1}}) == []  # the retry: same id
+    await sink.wait_for(1)
+    assert spool.writes.failing_since is None
+    await dispatcher.stop(1.0)
+
+
+async def test_a_waiting_worker_takes_its_window_from_the_commit(spool: Spool) -> None:
+    """An idle worker does not read the spool again for a new event: the commit read its
+    window on the spool's thread, right after the transaction (one trip, not three). A
+    window read that way is dropped by any other write, so what it holds is never stale."""
+    reads: list[str] = []
+    run = spool._run
+
+    async def counted(fn: Any, **kwargs: Any) -> Any:
+        if getattr(fn, "func", None) is spool_outbox.pending:
+            reads.append(fn.keywords["sink"])
+        return await run(fn, **kwargs)
+
+    spool._run = counted  # type: ignore[method-assign]
+
+    class Noting(MemorySink):
+        reads_when_sent: ClassVar[list[int]] = []
+
+        async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+            self.reads_when_sent.append(reads.count("a"))
+            return await super()._publish(batch)
+
+    sink = Noting("a")
+    dispatcher = Dispatcher(spool, [sink, MemorySink("b")])
+    dispatcher.start()
+    await eventually(lambda: reads.count("a") == 1)  # the first read found nothing
+    await eventually(lambda: "a" in spool._waiting)
+    events = sample_events(3)
+    await spool.commit(rows(events[:1]))
+    await sink.wait_for(1)
+    assert sink.reads_when_sent == [1]  # sent without a read of its own: it came with the commit
+    await eventually(lambda: "a" in spool._waiting)  # idle again, acknowledged
+    spool._prefetched["a"] = (READ_AHEAD, [])  # a window that a write makes stale...
+    await spool.ack("b", [])  # ...is dropped by that write
+    assert "a" not in spool._prefetched
+    await spool.commit(rows(events[1:]))
+    await sink.wait_for(3)
+    assert [e.get_id() for e in sink.events] == [e.get_id() for e in events]
+    await dispatcher.stop(1.0)
 
 
 async def test_the_next_window_goes_out_while_an_acknowledgement_is_held_up(

@@ -12,7 +12,6 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from bridge.simulator.part import choices
-from bridge.simulator.scenario import ScenarioError, list_scenarios
 
 if TYPE_CHECKING:  # imported when serving: the main CLI mounts add_arguments at every start
     from bridge.simulator.server import Simulator
@@ -94,6 +93,10 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C / SIGTERM; returns the process exit code."""
+    # Imported here, not with the module: the main CLI mounts `add_arguments` at every start
+    # (a running sidecar included), and the scenarios are only the simulator's business.
+    from bridge.simulator.scenario import ScenarioError, list_scenarios
+
     if args.list_scenarios:
         for name, description in list_scenarios():
             print(f"{name:28} {description}")

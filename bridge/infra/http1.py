@@ -17,7 +17,9 @@ CRLF lines of ASCII (what metadata servers and webhook receivers send) are read 
 `parse_head`: a webhook drain spends a fifth to a third less CPU per request. Everything
 else (1xx, chunked, close-delimited, folded or non-ASCII headers, any doubt) goes to h11
 with the bytes read so far, and the fast path never reads an answer differently from h11
-(tests/test_http1_fast.py, with h11 as the oracle).
+(tests/test_http1_fast.py, with h11 as the oracle). h11 itself is imported at the first
+answer that needs it: a sidecar whose metadata server and receiver answer plainly
+never loads it, and keeps its 0.3 MiB.
 
 What it does, and deliberately does not do:
 - One origin per client (a base url); requests concurrent on a small pool of connections
@@ -57,13 +59,15 @@ import json
 import re
 import socket
 import ssl
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import SplitResult, unquote, urlencode, urlsplit
 
-import h11
+if TYPE_CHECKING:
+    import h11
 
 #: Seconds a connection may sit idle and still be reused (httpx's default, for the same reason).
 KEEPALIVE_EXPIRY: Final = 5.0
@@ -261,8 +265,10 @@ class Http1Client:
                     return await self._exchange(method, target, fields, body)
         except TimeoutError:
             raise RequestTimeoutError(f"no complete response within {limit:g} s") from None
-        except (OSError, EOFError, h11.ProtocolError) as exc:
-            raise TransportError(_describe(exc)) from exc
+        except Exception as exc:
+            if isinstance(exc, (OSError, EOFError)) or _h11_error(exc, "ProtocolError"):
+                raise TransportError(_describe(exc)) from exc
+            raise
 
     async def aclose(self) -> None:
         connections = [*self._idle, *self._busy]
@@ -344,8 +350,13 @@ class Http1Client:
             if conn is None:
                 return await self._read(connection, request)
             return await self._read_h11(connection, conn)
-        except (ConnectionError, EOFError, h11.RemoteProtocolError) as exc:
-            if reused and not connection.answered:
+        except Exception as exc:
+            closed = isinstance(exc, (ConnectionError, EOFError))
+            if (
+                (closed or _h11_error(exc, "RemoteProtocolError"))
+                and reused
+                and not connection.answered
+            ):
                 raise _StaleConnectionError(_describe(exc)) from exc
             raise
 
@@ -389,6 +400,8 @@ class Http1Client:
         self, connection: _Connection, conn: h11.Connection, buffered: bytes = b""
     ) -> tuple[Response, bool]:
         """The answer read by h11 (`conn` has sent the request), `buffered` its first bytes."""
+        import h11  # at the first answer that needs it (see the module docstring)
+
         if buffered:
             conn.receive_data(buffered)
         head: h11.Response | None = None
@@ -465,6 +478,8 @@ class Http1Client:
     async def _tunnel(self, connection: _Connection) -> None:
         """Ask the proxy for a tunnel to the origin (CONNECT); TLS then runs inside it."""
         assert self._proxy is not None
+        import h11  # at the first answer that needs it (see the module docstring)
+
         authority = self._origin.address
         fields = [("host", authority), ("user-agent", self._user_agent)]
         if self._proxy.authorization is not None:
@@ -503,6 +518,8 @@ class _Request:
     def through_h11(self) -> tuple[h11.Connection, bytes]:
         """A client h11 state machine that has sent this request, and the bytes it wrote
         (h11 validates the request: what it refuses raises `h11.LocalProtocolError`)."""
+        import h11  # at the first answer that needs it (see the module docstring)
+
         conn = h11.Connection(h11.CLIENT)
         data = conn.send(h11.Request(method=self.method, target=self.target, headers=self.fields))
         data = data or b""
@@ -605,6 +622,13 @@ def parse_head(head: bytes, method: str) -> Head | None:
     else:
         size = int(length)
     return Head(status, headers, size, keep_alive=status_line[1] == b"1" and not close)
+
+
+def _h11_error(exc: BaseException, name: str) -> bool:
+    """Whether `exc` is h11's exception `name`: never before h11 was imported, since only
+    h11 raises its exceptions."""
+    module = sys.modules.get("h11")
+    return module is not None and isinstance(exc, getattr(module, name))
 
 
 def _describe(exc: BaseException) -> str:

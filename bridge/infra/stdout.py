@@ -6,10 +6,15 @@ sink, or when the interpreter flushes stdout at exit) and a traceback ends a per
 normal pipeline. `exits_quietly_when_output_closes` wraps the whole command line, so every
 command, the fleet's included, ends quietly with the status a shell reports for a program
 stopped by SIGPIPE, as `seq 1 1000000 | head -1` does.
+
+Windows says it differently: a write into a pipe whose reader is gone fails with
+`OSError: [Errno 22] Invalid argument` (EINVAL), not BrokenPipeError. `output_closed` treats
+both as the closed pipe they are.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -27,6 +32,14 @@ def utf8_stdout() -> None:
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if encoding != "utf8" and reconfigure is not None:
         reconfigure(encoding="utf-8")
+
+
+def output_closed(exc: OSError) -> bool:
+    """Whether a failed write means that the reader of the output went away: EPIPE
+    (BrokenPipeError) anywhere, EINVAL on Windows, where a closed pipe reports that."""
+    if isinstance(exc, BrokenPipeError):
+        return True
+    return sys.platform == "win32" and exc.errno == errno.EINVAL
 
 
 def _stdout_is_a_pipe() -> bool:
@@ -52,8 +65,8 @@ def exits_quietly_when_output_closes(command: Callable[[], int]) -> int:
     """Run `command` (a whole command line); its status, or `EXIT_OUTPUT_CLOSED` without a
     traceback when its stdout was closed by the reader.
 
-    A BrokenPipeError while stdout is not a pipe came from somewhere else (a socket): that
-    is a bug to see, so it is raised as it was.
+    A closed-pipe error (`output_closed`) while stdout is not a pipe came from somewhere else
+    (a socket): that is a bug to see, so it is raised as it was, like any other OSError.
     """
     try:
         try:
@@ -61,8 +74,8 @@ def exits_quietly_when_output_closes(command: Callable[[], int]) -> int:
         finally:
             if sys.stdout is not None:  # None under pythonw (no console)
                 sys.stdout.flush()  # what is still buffered fails here, not at the exit
-    except BrokenPipeError:
-        if not _stdout_is_a_pipe():
+    except OSError as exc:
+        if not output_closed(exc) or not _stdout_is_a_pipe():
             raise
         _discard_stdout()
         return EXIT_OUTPUT_CLOSED

@@ -269,6 +269,8 @@ class Dispatcher:
                     single = False
                     if self._stopping.is_set():
                         return
+                    # The commit that wakes this worker reads its next window for it.
+                    self._spool.waiting(name, max(sink.max_batch, READ_AHEAD))
                     await wakeup.wait()
                     continue
                 single = await self._send_window(sink, window, 1 if single else None, acks)
@@ -312,7 +314,7 @@ class Dispatcher:
         size = step or sink.max_batch
         for start in range(0, len(window), size):
             batch = window[start : start + size]
-            await self._spool.durable([item.seq for item in batch])  # read early, sent when safe
+            await self._spool.durable([item.seq for item in batch])  # never before its fsync
             sending = time.time()
             result = await self._deliver(sink, batch)
             traced = ((tracing.traceparent_of(item.body), item.id) for item in batch)

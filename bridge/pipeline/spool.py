@@ -5,19 +5,18 @@ Guarantees (SQLite in `state.dir`, WAL journal):
   returns, both survive a power cut, and a crash before it returns loses neither (the
   watcher, restarted from the old checkpoint, sees the same transition again and announces
   it with the same deterministic id).
-- The fsync overlaps the dispatcher's hand-off, not the send. The transaction commits with
-  `synchronous=NORMAL` (written to the OS: from then on it survives kill -9), the
-  dispatcher is woken at once and reads the new events from the spool while a second
-  thread fsyncs the WAL file; it sends them only once that fsync is done (`durable`), and
-  `commit` returns at that moment too, so the watcher's checkpoint is acknowledged exactly
-  as late as with `synchronous=FULL`. Nothing is sent that a power cut could take back, and
-  the bridge's own bookkeeping after a commit (the notices in force, the counters, the
-  actions) still happens before any sink sees the event. A failed fsync fails the commit
-  (`SpoolError`) like a failed write: the events stay unsent until an fsync succeeds, the
-  watcher retries the commit (same ids, `INSERT OR IGNORE`) and the retry fsyncs again.
-  (Sending during the fsync as well would save about another millisecond, but a sink
-  could then hold a notice before the status API knows it, and a power cut could take
-  back a delivered one.)
+- A commit is one call on the spool's thread: the transaction (written with
+  `synchronous=NORMAL`), then, for each sink whose worker waits for new events (its queue
+  was empty: `waiting`), the window that worker would read next, then the fsync of the WAL
+  file (`fdatasync` where it exists, as SQLite's own `synchronous=FULL` does). Only then is
+  the dispatcher woken, and an idle worker takes its window from the commit instead of
+  reading the spool again (`pending`), so a notice costs one trip to the spool's thread,
+  not three (commit, fsync, read), and nothing is ever sent that a power cut could take
+  back. `commit` returns at that moment too, so the watcher's checkpoint is acknowledged
+  exactly as late as with `synchronous=FULL`. A failed fsync fails the commit
+  (`SpoolError`) like a failed write: its events stay unsent (`durable`) until an fsync
+  succeeds, the watcher retries the commit (same ids, `INSERT OR IGNORE`) and the retry
+  fsyncs again.
 - An event is pending once per sink configured when it was committed, and leaves a sink's
   queue only when that sink acknowledged it (`ack`) or rejected it for good (`dead_letter`,
   kept with the reason until replayed or purged). Sinks are independent: a dead webhook
@@ -48,8 +47,8 @@ Guarantees (SQLite in `state.dir`, WAL journal):
   these (docs/operations.md, "Rolling out"): their spools are format 0, which is format 1
   without the `meta` table.
 
-All database work runs on one dedicated thread, so the event loop never blocks on fsync;
-the commits' fsyncs run on a second one, so reading the queue never waits for them.
+All database work runs on one dedicated thread, the commits' fsyncs included, so the event
+loop never blocks on the disk.
 
 The SQL lives beside this module, one job each: `spool_schema` (tables, format, the checks
 at open), `spool_outbox` (events and the sinks' queues), `spool_dead_letters` (refused and
@@ -113,6 +112,22 @@ class SpoolHealth:
         self.failing_since = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Committed:
+    """What a commit's call on the spool's thread did (see `Spool.commit`)."""
+
+    added: list[int]
+    overflow: dict[str, int]
+    #: Per waiting sink: the window size and the window read right after the transaction.
+    windows: dict[str, tuple[int, list[Spooled]]]
+    #: The fsync failed: the transaction is written (it survives kill -9), not durable.
+    fsync_error: SpoolError | None
+
+
+#: Sync a file's data and size, not its times (`fsync` where `fdatasync` does not exist).
+_sync_data: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
 class Spool:
     """The SQLite outbox and the watchers' checkpoints (see the module docstring)."""
 
@@ -125,9 +140,6 @@ class Spool:
         #: Events moved to the dead letters because a sink's queue was full, per sink.
         self.overflowed: dict[str, int] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool")
-        #: Where the commits' fsyncs run, so that the dispatcher's read of a new event (on
-        #: the spool thread) overlaps the fsync of the transaction that added it.
-        self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool-fsync")
         self._db: sqlite3.Connection | None = None
         #: Whether reading and writing work right now (for readiness and liveness).
         self.reads = SpoolHealth()
@@ -137,6 +149,10 @@ class Spool:
         #: Seqs committed but not yet fsynced, and the signal of the next successful fsync.
         self._unsynced: set[int] = set()
         self._fsynced = asyncio.Event()
+        #: Sinks whose worker found its queue empty and waits, with the size of the window
+        #: it reads (`waiting`); a commit reads that window for it (`_prefetched`).
+        self._waiting: dict[str, int] = {}
+        self._prefetched: dict[str, tuple[int, list[Spooled]]] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -158,6 +174,8 @@ class Spool:
         return result
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        # Any other write may change a queue: a window read by a commit is no longer sure.
+        self._prefetched.clear()
         return await self._run(fn, write=True)
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -193,11 +211,12 @@ class Spool:
             await self._run(_close)
             self._db = None
         self._executor.shutdown(wait=True)
-        self._syncer.shutdown(wait=True)
 
     def _fsync(self) -> None:
-        """Make every transaction committed so far survive a power cut: fsync the WAL file
-        (what `synchronous=FULL` does at each commit). Runs on the fsync thread.
+        """Make every transaction committed so far survive a power cut: sync the WAL file's
+        data (what `synchronous=FULL` does at each commit, with `fdatasync` where the system
+        has it: the file's size is synced with its data, its times are not). Runs on the
+        spool's thread, right after the commit's transaction.
 
         Without a WAL file (never written, or checkpointed away), everything committed is in
         the database file, so that one is synced instead.
@@ -210,7 +229,7 @@ class Spool:
             except OSError as exc:
                 raise SpoolError(f"cannot open {path} to make the spool durable: {exc}") from exc
             try:
-                os.fsync(fd)
+                _sync_data(fd)
             except OSError as exc:
                 raise SpoolError(f"fsync of {path} failed: {exc}") from exc
             finally:
@@ -218,23 +237,9 @@ class Spool:
             return
         raise SpoolError(f"the spool {self.path} is gone")
 
-    async def _durable(self) -> None:
-        """`_fsync` on the fsync thread; a failure counts as a failed write. A success makes
-        every seq committed before it durable and wakes whoever waits in `durable`."""
-        covered = set(self._unsynced)
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._syncer, self._fsync)
-        except SpoolError as exc:
-            self.writes.failed(str(exc))
-            raise
-        self._unsynced -= covered
-        signal, self._fsynced = self._fsynced, asyncio.Event()
-        signal.set()
-
     async def durable(self, seqs: Sequence[int]) -> None:
-        """Wait until the commits that added `seqs` are fsynced (at once when they are): the
-        dispatcher reads new events during the fsync and sends them after it."""
+        """Wait until the commits that added `seqs` are fsynced (at once when they are): only
+        the events of a commit whose fsync failed wait, until a later fsync succeeds."""
         while not self._unsynced.isdisjoint(seqs):
             await self._fsynced.wait()
 
@@ -251,16 +256,18 @@ class Spool:
     ) -> list[int]:
         """Store events and checkpoints atomically and durably; return the new seqs.
 
-        The dispatcher is woken as soon as the transaction is written; this returns once it
-        is also fsynced (see the module docstring: the fsync overlaps the hand-off).
+        Returns once the transaction is written and fsynced; the dispatcher is woken then,
+        and a waiting worker finds its next window read already (see the module docstring).
 
         In the same transaction: `plan` adds actions (key: detail) in state `planned` unless
         the key exists already; `states` sets existing actions' states; `in_force` sets
         (bytes) or clears (None) the notices in force.
         """
-        sinks, bound = list(self.sinks), self.max_pending
-        added, overflow = await self._write(
-            lambda db: spool_outbox.commit(
+        sinks, bound, waiting = list(self.sinks), self.max_pending, dict(self._waiting)
+        unsynced = set(self._unsynced)
+
+        def write(db: sqlite3.Connection) -> _Committed:
+            added, overflow = spool_outbox.commit(
                 db,
                 time.time(),
                 events,
@@ -271,8 +278,20 @@ class Spool:
                 states=states or {},
                 in_force=in_force or {},
             )
-        )
-        for sink, count in overflow.items():
+            windows = {
+                sink: (limit, spool_outbox.pending(db, sink=sink, limit=limit, after=0))
+                for sink, limit in waiting.items()
+                if added
+            }
+            try:
+                self._fsync()
+            except SpoolError as exc:
+                return _Committed(added, overflow, {}, exc)
+            return _Committed(added, overflow, windows, None)
+
+        self._prefetched.clear()
+        done = await self._run(write, write=True)
+        for sink, count in done.overflow.items():
             self.overflowed[sink] = self.overflowed.get(sink, 0) + count
             log.error(
                 "sink %s: %d waiting event(s) moved to the dead letters (%s, now %d in all); "
@@ -283,12 +302,22 @@ class Spool:
                 self.overflowed[sink],
                 sink,
             )
-        self._unsynced.update(added)
+        if done.fsync_error is not None:
+            # Written but not durable: the events stay unsent until an fsync succeeds.
+            self._unsynced.update(done.added)
+            self.writes.failed(str(done.fsync_error))
+            raise done.fsync_error
+        # Everything committed before this fsync is durable now.
+        self._unsynced -= unsynced
+        signal, self._fsynced = self._fsynced, asyncio.Event()
+        signal.set()
+        for sink, window in done.windows.items():
+            if self._waiting.get(sink) == window[0]:
+                self._prefetched[sink] = window
         if events:
-            for signal in self._new_events:
-                signal.set()
-        await self._durable()
-        return added
+            for wakeup in self._new_events:
+                wakeup.set()
+        return done.added
 
     async def export(self, out: Exposition) -> None:
         """The spool's figures for `/metrics`: overflow, depth and age per sink."""
@@ -353,9 +382,22 @@ class Spool:
 
     # -- reading ----------------------------------------------------------------------------
 
+    def waiting(self, sink: str, limit: int) -> None:
+        """`sink`'s worker found its queue empty and waits for new events: the next commit
+        that adds some reads the window of `limit` events it will ask `pending` for."""
+        self._waiting[sink] = limit
+
     async def pending(self, sink: str, limit: int, after: int = 0) -> list[Spooled]:
         """The oldest events not yet acknowledged by `sink`, from seq `after` on (exclusive:
-        the dispatcher skips events delivered whose acknowledgement is still being written)."""
+        the dispatcher skips events delivered whose acknowledgement is still being written).
+
+        A worker that was `waiting` gets the window the last commit read for it, without
+        another trip to the spool's thread (nothing was written since: any other write
+        drops it; a commit after it read a newer one)."""
+        self._waiting.pop(sink, None)
+        prefetched = self._prefetched.pop(sink, None)
+        if prefetched is not None and after == 0 and prefetched[0] == limit:
+            return prefetched[1]
         return await self._run(partial(spool_outbox.pending, sink=sink, limit=limit, after=after))
 
     async def data_version(self) -> int:

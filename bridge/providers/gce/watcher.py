@@ -76,6 +76,22 @@ _FIELDS: Final = {  # snake_case variant -> camelCase variant of upcoming-mainte
 }
 
 
+#: Turns of the event loop from an update's `put` to the runner's spool commit under way:
+#: the queue's getter is woken, then `watch` (waiting on it) resumes and hands the update to
+#: the runner, which runs up to the commit's hand-off to the spool's thread.
+_HAND_OVER_TURNS: Final = 3
+
+
+async def _let_the_runner_take_it() -> None:
+    """Yield until the runner has taken the update just queued (when it is waiting for one)
+    and started to spool it, before this key's next long poll is sent: sending it first put
+    that request's work, and the metadata server's turn to read it, ahead of the notice on
+    its way to the sinks. A runner still busy with an earlier update is not waited for (a
+    key that stopped polling could miss a transition), only given these few turns."""
+    for _ in range(_HAND_OVER_TURNS):
+        await asyncio.sleep(0)
+
+
 def new_client(config: GceSource, **options: Any) -> MetadataClient:
     """A client for the metadata server; `options` go to `MetadataClient` (tests: backoff)."""
     return MetadataClient(config.resolved_url(), {"Metadata-Flavor": "Google"}, FLAVOR, **options)
@@ -418,6 +434,7 @@ class GceWatcher(ClientWatcher[GceSource]):
             progressed()
             if notices:
                 await queue.put(Update(tuple(notices), self.checkpoint()))
+                await _let_the_runner_take_it()
             if new_etag is None:
                 # No ETag to wait on (upcoming-maintenance says "nothing" with 404/503, or an
                 # odd server): poll at a calm interval instead of spinning.
