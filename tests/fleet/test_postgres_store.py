@@ -8,7 +8,9 @@ failing under CI=true).
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -214,3 +216,36 @@ def indexes(plan: dict[str, Any]) -> Iterator[str]:
         yield plan["Index Name"]
     for child in plan.get("Plans", []):
         yield from indexes(child)
+
+
+async def test_without_pg_trgm_the_store_opens_and_the_search_scans_the_names(
+    postgres_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A role that may not create the extension (no CREATE on its database): schema step 8
+    makes the other indexes, logs how to add the trigram one, and a search still finds its
+    instances, by a scan of the names."""
+    role = f"plain_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server.url(), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN".encode())
+        admin.execute(f"CREATE DATABASE {role}".encode())  # owned by the superuser
+    with psycopg.connect(postgres_server.url(role), autocommit=True) as admin:
+        admin.execute(f"GRANT CREATE ON SCHEMA public TO {role}".encode())
+    store = PostgresStore(f"postgresql://{role}@127.0.0.1:{postgres_server.port}/{role}")
+    with caplog.at_level(logging.WARNING, "bridge.fleet.store"):
+        await store.open()
+    try:
+        assert "no trigram index for the instance search" in caplog.text
+        assert "CREATE EXTENSION pg_trgm" in caplog.text
+        await store.ingest(batch(heartbeat(gce_vm("web-1234"), time_now())))
+        page = await store.instance_page(InstanceQuery(search="EB-12", limit=10))
+        assert [row["name"] for row in page.rows] == ["web-1234"]
+
+        def index_names(db: Any) -> set[str]:
+            rows = db.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'instances'")
+            return {str(name) for (name,) in rows.fetchall()}
+
+        found = await store._read(index_names)
+        assert "instances_zone_order" in found
+        assert "instances_name_trgm" not in found
+    finally:
+        await store.close()
