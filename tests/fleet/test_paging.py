@@ -249,6 +249,9 @@ class Capture:
         self.statements.append((statement, list(params)))
         return self.db.execute(statement, params)
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
 
 ZONES = ("us-central1-a", "us-central1-b", "europe-west1-b", "asia-east1-a")
 #: The main reads of the API and the page: (its first statement's) index, as each planner
@@ -281,6 +284,12 @@ MAIN_READS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "one instance's notices": (
         lambda db: Reads.notices(db, NoticeFilter(instance="vm-0040"), True),
         "notices_instance",
+    ),
+    "the few silent instances": (
+        lambda db: Reads.instance_page(
+            db, InstanceQuery(state="silent", limit=100, now=at(2).timestamp())
+        ),
+        "instances_silent_at",
     ),
     "instances turning silent now (summary)": (
         lambda db: tallies.silent_by(db, NOW),
@@ -334,6 +343,25 @@ async def test_the_main_reads_use_their_indexes(store: Store, store_url: str) ->
                 name,
                 plan,
             )
+
+
+async def test_pages_of_the_few_silent_instances_list_each_once_in_order(store: Store) -> None:
+    """SQLite reads them through the index of when each turns silent (few of many), the
+    unfiltered list walks its order: the pages are the same."""
+    vms = [gce_vm(f"vm-{i:03d}") for i in range(40)]
+    await store.ingest(batch(*(heartbeat(vm, at(59)) for vm in vms)))  # reporting at NOW
+    silent = [f"vm-{i:03d}s" for i in range(3, 40, 4)]  # among them in the list's order
+    await store.ingest(batch(*(heartbeat(gce_vm(name), at(10)) for name in ["early", *silent])))
+    seen: list[str] = []
+    cursor = None
+    while True:
+        query = InstanceQuery(state="silent", cursor=cursor, limit=3, now=NOW)
+        page = await store.instance_page(query)
+        seen += [row["name"] for row in page.rows]
+        if page.next is None:
+            break
+        cursor = page.next
+    assert seen == sorted(["early", *silent])
 
 
 async def test_upcoming_with_no_known_start_finds_only_those(store: Store) -> None:
