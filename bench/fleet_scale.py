@@ -399,6 +399,8 @@ def read_paths(workload: Workload) -> dict[str, tuple[str, float]]:
         "notices, one zone": (f"/v1/fleet/notices?zone={zone}", READ_P99),
         "upcoming, 24 h": ("/v1/fleet/upcoming", READ_P99),
         "instances, all": ("/v1/fleet/instances", READ_P99),
+        "instances, one zone": (f"/v1/fleet/instances?zone={zone}", READ_P99),
+        "instances, search by a part of the name": ("/v1/fleet/instances?q=gce-0012", READ_P99),
         "instances, one": (f"/v1/fleet/instances/{busy.name}", READ_P99),
         "summary": ("/v1/fleet/summary", READ_P99),
         "events, first page": ("/v1/fleet/events", READ_P99),

@@ -366,12 +366,12 @@ class FleetApiRoutes:
         """One instance by name or source (of two VMs of one name, the one heard from last);
         an unknown one is 404 with the reason, like every other error, in JSON."""
         key = request.match_info["key"]
-        rows = await self.store.instances([key])
+        rows = await self.store.instances_in_force([key])
         if not rows:
             return _json({"error": f"no instance named {key!r} reached the fleet"}, status=404)
         instance = max(rows, key=lambda row: row["last_seen"] or 0.0)
-        notices = await self.store.notices(NoticeFilter(instance=instance["source"]))
-        in_force = {instance["source"]: [n["notice_id"] for n in notices]}
+        del instance["notice_events"]
+        in_force = {instance["source"]: instance.pop("notices")}
         current, why = state.instance_state(instance, time.time())
         return _json(_instance_entry(instance, current, why, in_force))
 
@@ -384,12 +384,12 @@ class FleetApiRoutes:
         horizon = self.settings.eligible_horizon
         if "horizon" in request.query:
             horizon = duration("horizon", request.query["horizon"])
-        rows = await self.store.instances(candidates)
+        # One read: the candidates and the current events of their notices in force.
+        rows = await self.store.instances_in_force(candidates)
         known = {key: row for row in rows for key in (row["name"], row["source"])}
-        notices = {}
-        for row in rows:
-            found = await self.store.notices(NoticeFilter(instance=row["source"]))
-            notices[row["source"]] = [from_cloudevent(n["event"]) for n in found]
+        notices = {
+            row["source"]: [from_cloudevent(body) for body in row["notice_events"]] for row in rows
+        }
         body = state.eligible(candidates, known, notices, time.time(), horizon)
         return _json(body, status=200 if body["preferred"] is not None else 503)
 

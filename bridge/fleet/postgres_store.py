@@ -87,6 +87,9 @@ class _Qmark:
     not UTF-8) body can carry: it is stored as U+FFFD, like the other undecodable bytes.
     LIKE becomes ILIKE: the shared searches ignore case, as SQLite's LIKE does (ASCII)."""
 
+    #: For the few queries that differ (`bridge.fleet.reads`: SQLite's index hints).
+    postgres: Final = True
+
     def __init__(self, connection: psycopg.Connection[Any]) -> None:
         self.connection = connection
 

@@ -56,6 +56,10 @@ _HISTORY_BY_KEY: Final = (
     f"CASE WHEN e.type IN ('{contract.APPROVED}', '{contract.HOOK_COMPLETED}') "
     "THEN e.body END, e.seq FROM events e"
 )
+#: Instances in a state (silent, reporting) below which a page of them is read through the
+#: index of when each turns silent rather than by walking every name (SQLite): sorting
+#: this many rows costs what walking about 100 names per match would.
+FEW_IN_STATE: Final = 1_500
 #: Notices whose histories one statement reads (two parameters each).
 HISTORY_CHUNK: Final = 500
 #: The sort position of a notice with no known start: after every real time.
@@ -114,7 +118,9 @@ def _notice_where(
                 search,
             ),
             (f"{NOTICE_START} <= ?", starts if not isinstance(starts, str) else None),
-            ("n.not_before IS NULL", True if starts == "unknown" else None),
+            # `not_before IS NULL`, written as a seek of the list's index to its end (no
+            # real time sorts there): IS NULL would walk every notice in force.
+            (f"{NOTICE_START} >= ?", NO_START if starts == "unknown" else None),
         ]
     )
 
@@ -270,8 +276,12 @@ class Reads:
             keyset = "(name, source) > (?, ?)"
             clause = f"{clause} AND {keyset}" if clause else f" WHERE {keyset}"
             params.extend(paging.decode(query.cursor, 2))
+        hint = ""
+        if query.state in ("silent", "reporting") and Reads._few_in_state(db, query):
+            hint = " INDEXED BY instances_silent_at"
         cursor = db.execute(
-            f"{_INSTANCES}{clause} ORDER BY name, source LIMIT ?", [*params, query.limit + 1]
+            f"{_INSTANCES}{hint}{clause} ORDER BY name, source LIMIT ?",
+            [*params, query.limit + 1],
         )
         rows = Reads._instance_rows(cursor)
         page = paging.page_of(rows, query.limit, lambda row: (row["name"], row["source"]))
@@ -279,6 +289,24 @@ class Reads:
         for row in page.rows:
             row["notices"] = in_force.get(row["source"], [])
         return page
+
+    @staticmethod
+    def _few_in_state(db: Any, query: InstanceQuery) -> bool:
+        """SQLite only: whether fewer than `FEW_IN_STATE` instances are in the wanted state
+        (a count of at most that many entries of the index on when each turns silent).
+        SQLite has no statistics of that index's ranges, so it walks the list's order and
+        checks each row: fine when most match, 100,000 rows read for the few silent ones
+        of a healthy fleet. Then the page is read through that index and its few rows
+        sorted. PostgreSQL's statistics make the same choice on their own."""
+        if getattr(db, "postgres", False):
+            return False
+        side = "<" if query.state == "silent" else ">="
+        (found,) = db.execute(
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM instances WHERE {tallies.SILENT_AT} "  # noqa: S608
+            f"{side} ? LIMIT {FEW_IN_STATE})",
+            (query.now,),
+        ).fetchone()
+        return int(found) < FEW_IN_STATE
 
     @staticmethod
     def attestation_counts(db: Any) -> dict[str, int]:
@@ -298,17 +326,47 @@ class Reads:
     def notice_ids(db: Any, sources: Sequence[str]) -> dict[str, list[str]]:
         """The ids of the notices in force of each of `sources`, soonest first."""
         found: dict[str, list[str]] = {}
+        for source, notice_id, _body in Reads._in_force_of(db, sources, bodies=False):
+            found.setdefault(source, []).append(notice_id)
+        return found
+
+    @staticmethod
+    def _in_force_of(
+        db: Any, sources: Sequence[str], *, bodies: bool
+    ) -> list[tuple[str, str, str | None]]:
+        """(source, notice id, current event or None) of the notices in force of `sources`,
+        soonest first: primary key seeks, a chunk of sources per statement."""
+        found: list[tuple[str, str, str | None]] = []
+        column = "n.body" if bodies else "NULL"
         for start in range(0, len(sources), HISTORY_CHUNK):
             chunk = sources[start : start + HISTORY_CHUNK]
             marks = ", ".join("?" * len(chunk))
             rows = db.execute(
-                f"SELECT n.source, n.notice_id FROM notices n WHERE n.source IN ({marks}) "  # noqa: S608
-                f"AND n.rank < {FINISHED_RANK} ORDER BY {NOTICE_ORDER}",
+                f"SELECT n.source, n.notice_id, {column} FROM notices n "  # noqa: S608
+                f"WHERE n.source IN ({marks}) AND n.rank < {FINISHED_RANK} "
+                f"ORDER BY {NOTICE_ORDER}",
                 list(chunk),
             ).fetchall()
-            for source, notice_id in rows:
-                found.setdefault(str(source), []).append(str(notice_id))
+            found += [(str(s), str(i), None if b is None else str(b)) for s, i, b in rows]
         return found
+
+    @staticmethod
+    def instances_in_force(db: Any, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The instances named by `keys` (names or sources), each with `notices`, the ids of
+        its notices in force, and `notice_events`, their current events as received: what
+        one instance's answer and `eligible` need, in two index reads (no histories)."""
+        rows = Reads.instances(db, keys)
+        ids: dict[str, list[str]] = {}
+        events: dict[str, list[bytes]] = {}
+        for source, notice_id, body in Reads._in_force_of(
+            db, [row["source"] for row in rows], bodies=True
+        ):
+            ids.setdefault(source, []).append(notice_id)
+            events.setdefault(source, []).append((body or "").encode())
+        for row in rows:
+            row["notices"] = ids.get(row["source"], [])
+            row["notice_events"] = events.get(row["source"], [])
+        return rows
 
     @staticmethod
     def notice_groups(db: Any, where: NoticeFilter) -> list[tuple[str, str, str, str, int]]:
@@ -431,6 +489,9 @@ class ReadQueries:
 
     async def instance_page(self, query: InstanceQuery) -> paging.Page:
         return await self._read(lambda db: Reads.instance_page(db, query))
+
+    async def instances_in_force(self, keys: Sequence[str]) -> list[dict[str, Any]]:
+        return await self._read(lambda db: Reads.instances_in_force(db, keys))
 
     async def notice_page(
         self, where: NoticeFilter, *, cursor: str | None, limit: int, starts: StartFilter = None

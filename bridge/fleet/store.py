@@ -200,6 +200,11 @@ class Store(Protocol):
         """Every instance ever seen (or those whose name or source is in `keys`) with its
         identity, first/last seen and last heartbeat."""
 
+    async def instances_in_force(self, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """The instances whose name or source is in `keys`, each with `notices` (the ids of
+        its notices in force, soonest first) and `notice_events` (their current events, the
+        bytes as received): one read for one instance's answer and for `eligible`."""
+
     async def instance_page(self, query: InstanceQuery) -> Page:
         """A page of instances (keyset, `bridge.fleet.paging`), each with `notices`: the ids
         of its notices in force."""

@@ -279,14 +279,15 @@ def silent_by(db: Any, now: float, *, postgres: bool = False) -> list[tuple[str,
         "GROUP BY provider, version, zone",
         (minute,),
     ).fetchall()
-    version = _VERSION.format(row="instances")
+    # Grouped by the columns as they are (NULLs folded below): a region turning silent puts
+    # thousands of rows in the current minute, and the expressions per row cost half the
+    # time of that count.
     rows += db.execute(
-        f"SELECT provider, {version}, COALESCE(zone, ''), COUNT(*) FROM instances "  # noqa: S608
-        f"WHERE {SILENT_AT} >= ? AND {SILENT_AT} < ? GROUP BY provider, {version}, "
-        "COALESCE(zone, '')",
+        "SELECT provider, agent_version, zone, COUNT(*) FROM instances "  # noqa: S608
+        f"WHERE {SILENT_AT} >= ? AND {SILENT_AT} < ? GROUP BY provider, agent_version, zone",
         (minute * 60.0, now),
     ).fetchall()
     for p, v, z, n in rows:
-        key = (str(p), str(v), str(z))
+        key = (str(p), UNKNOWN_VERSION if v is None else str(v), "" if z is None else str(z))
         found[key] = found.get(key, 0) + int(n)
     return [(*key, n) for key, n in found.items() if n]

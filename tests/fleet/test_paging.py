@@ -5,6 +5,7 @@ queries use. Every test runs on SQLite and on a real PostgreSQL server
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from bridge.fleet import paging
+from bridge.fleet import paging, tallies
 from bridge.fleet.api import fleet_summary
 from bridge.fleet.config import parse_fleet_config
-from bridge.fleet.reads import NOTICE_ORDER
+from bridge.fleet.reads import Reads
 from bridge.fleet.service import FleetService, build_store
 from bridge.fleet.store import InstanceQuery, NoticeFilter, Store
 from bridge.pipeline.model import Status
@@ -237,44 +238,146 @@ async def test_a_store_written_before_the_counts_is_counted_once_on_open(
         await again.close()
 
 
-async def test_the_list_queries_use_their_indexes(store: Store, store_url: str) -> None:
-    """The planner can seek each list's keyset (PostgreSQL is told to avoid scans: with a
-    few rows it would rightly prefer one)."""
-    postgres = not store_url.startswith("sqlite")
-    prefix = "EXPLAIN " if postgres else "EXPLAIN QUERY PLAN "
+class Capture:
+    """A connection that records the statements a read runs (to EXPLAIN them after)."""
 
-    def plans(db: Any) -> list[str]:
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.statements: list[tuple[str, list[Any]]] = []
+
+    def execute(self, statement: str, params: Any = ()) -> Any:
+        self.statements.append((statement, list(params)))
+        return self.db.execute(statement, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+ZONES = ("us-central1-a", "us-central1-b", "europe-west1-b", "asia-east1-a")
+#: The main reads of the API and the page: (its first statement's) index, as each planner
+#: picks it at a fleet's proportions (a zone holds a quarter, a notice in force per 20 VMs).
+MAIN_READS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "notices in force": (
+        lambda db: Reads.notice_page(db, NoticeFilter(), None, 100, None),
+        "notices_order",
+    ),
+    "a zone's notices": (
+        lambda db: Reads.notice_page(db, NoticeFilter(zone=ZONES[1]), None, 100, None),
+        "notices_zone_order",
+    ),
+    "upcoming, time unknown": (
+        lambda db: Reads.notice_page(db, NoticeFilter(status="scheduled"), None, 100, "unknown"),
+        "notices_order",
+    ),
+    "instances": (
+        lambda db: Reads.instance_page(db, InstanceQuery(limit=100, now=NOW)),
+        "instances_order",
+    ),
+    "a zone's instances": (
+        lambda db: Reads.instance_page(db, InstanceQuery(zone=ZONES[2], limit=100, now=NOW)),
+        "instances_zone_order",
+    ),
+    "one instance and its notices (eligible)": (
+        lambda db: Reads.instances_in_force(db, ["vm-0042"]),
+        "instances_name",
+    ),
+    "one instance's notices": (
+        lambda db: Reads.notices(db, NoticeFilter(instance="vm-0040"), True),
+        "notices_instance",
+    ),
+    "the few silent instances": (
+        lambda db: Reads.instance_page(
+            db, InstanceQuery(state="silent", limit=100, now=at(2).timestamp())
+        ),
+        "instances_silent_at",
+    ),
+    "instances turning silent now (summary)": (
+        lambda db: tallies.silent_by(db, NOW),
+        "silent_tallies",
+    ),
+}
+
+
+async def test_the_main_reads_use_their_indexes(store: Store, store_url: str) -> None:
+    """EXPLAIN of every statement of the main reads at a fleet's proportions: none reads a
+    whole table of instances, notices or events (SQLite: a SCAN not through an index;
+    PostgreSQL, told to avoid them as it would rightly do for tables this small: a Seq
+    Scan), and on SQLite the first statement of each seeks the index named above.
+    PostgreSQL's choice among indexes follows its statistics, so at this size it may sort
+    a hundred rows instead: tests/fleet/test_postgres_store.py checks its plans at 20,000
+    instances."""
+    vms = [gce_vm(f"vm-{i:04d}", zone=ZONES[i % len(ZONES)]) for i in range(2000)]
+    bodies = [heartbeat(vm, at(0)) for vm in vms]
+    bodies += [
+        transition(vm, f"n-{i}", Status.SCHEDULED, at(0), not_before=at(60 + i))
+        for i, vm in enumerate(vms)
+        if i % 20 == 0
+    ]
+    for start in range(0, len(bodies), 500):
+        await store.ingest(batch(*bodies[start : start + 500]))
+    postgres = not store_url.startswith("sqlite")
+
+    def plans(db: Any) -> dict[str, list[str]]:
+        db.execute("ANALYZE")
         if postgres:
             db.execute("SET enable_seqscan = off")
-        statements = {
-            "instances": (
-                "SELECT name FROM instances WHERE (name, source) > (?, ?) "
-                "ORDER BY name, source LIMIT 10",
-                ["a", "b"],
-            ),
-            "notices": (  # the statement the store runs
-                f"SELECT n.notice_id FROM notices n WHERE n.rank < 2 AND ({NOTICE_ORDER}) "  # noqa: S608
-                f"> (?, ?, ?, ?) ORDER BY {NOTICE_ORDER} LIMIT 10",
-                [1.0, 1.0, "a", "b"],
-            ),
-            "silent": (
-                "SELECT COUNT(*) FROM instances WHERE "
-                "COALESCE(last_heartbeat + 3 * heartbeat_interval, 0) < ?",
-                [NOW],
-            ),
-        }
-        found = []
-        for name, (statement, params) in statements.items():
-            rows = db.execute(prefix + statement, params).fetchall()
-            found.append(f"{name}: " + " ".join(str(r[-1]) for r in rows))
+        found: dict[str, list[str]] = {}
+        for name, (read, _index) in MAIN_READS.items():
+            capture = Capture(db)
+            read(capture)
+            found[name] = []
+            for statement, params in capture.statements:
+                prefix = "EXPLAIN " if postgres else "EXPLAIN QUERY PLAN "
+                rows = db.execute(prefix + statement, params).fetchall()
+                found[name].append("\n".join(str(row[-1]) for row in rows))
         if postgres:
             db.execute("RESET enable_seqscan")
         return found
 
-    instances, notices, silent = await store._read(plans)  # type: ignore[attr-defined]
-    assert "instances_order" in instances
-    assert "notices_order" in notices
-    assert "instances_silent_at" in silent
+    found = await store._read(plans)  # type: ignore[attr-defined]
+    whole = re.compile(r"Seq Scan on (instances|notices|events)|SCAN (instances|notices|events)$")
+    for name, (_read, index) in MAIN_READS.items():
+        assert postgres or index in found[name][0], (name, found[name])
+        for plan in found[name]:
+            assert not [line for line in plan.splitlines() if whole.search(line.strip())], (
+                name,
+                plan,
+            )
+
+
+async def test_pages_of_the_few_silent_instances_list_each_once_in_order(store: Store) -> None:
+    """SQLite reads them through the index of when each turns silent (few of many), the
+    unfiltered list walks its order: the pages are the same."""
+    vms = [gce_vm(f"vm-{i:03d}") for i in range(40)]
+    await store.ingest(batch(*(heartbeat(vm, at(59)) for vm in vms)))  # reporting at NOW
+    silent = [f"vm-{i:03d}s" for i in range(3, 40, 4)]  # among them in the list's order
+    await store.ingest(batch(*(heartbeat(gce_vm(name), at(10)) for name in ["early", *silent])))
+    seen: list[str] = []
+    cursor = None
+    while True:
+        query = InstanceQuery(state="silent", cursor=cursor, limit=3, now=NOW)
+        page = await store.instance_page(query)
+        seen += [row["name"] for row in page.rows]
+        if page.next is None:
+            break
+        cursor = page.next
+    assert seen == sorted(["early", *silent])
+
+
+async def test_upcoming_with_no_known_start_finds_only_those(store: Store) -> None:
+    vm = gce_vm("web-1")
+    await store.ingest(
+        batch(
+            transition(vm, "known", Status.SCHEDULED, at(0), not_before=at(30)),
+            transition(vm, "unknown", Status.SCHEDULED, at(0)),
+            transition(gce_vm("web-2"), "started", Status.STARTED, at(0)),
+        )
+    )
+    scheduled = NoticeFilter(status="scheduled")
+    unknown = await store.notice_page(scheduled, cursor=None, limit=10, starts="unknown")
+    assert [n["notice_id"] for n in unknown.rows] == ["unknown"]
+    soon = await store.notice_page(scheduled, cursor=None, limit=10, starts=at(60).timestamp())
+    assert [n["notice_id"] for n in soon.rows] == ["known"]
 
 
 async def test_the_api_pages_with_a_next_cursor_and_refuses_a_forged_one(tmp_path: Path) -> None:
