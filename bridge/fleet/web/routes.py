@@ -43,6 +43,10 @@ MAX_EVENTS: Final = 50_000
 MAX_DAYS: Final = 366
 #: Audit-log rows per read while the timeline catches up.
 PAGE: Final = 10_000
+#: The first timeline reads the audit log an hour of one event type at a time, in
+#: pages of this many rows.
+BUILD_SPAN: Final = 3600.0
+BUILD_PAGE: Final = 1000
 #: Seconds the first page waits for the first timeline (then it says it is being read).
 FIRST_WAIT: Final = 2.0
 #: Events a render reads to bring the timeline up to date, at most; further behind (an
@@ -137,16 +141,27 @@ class DashboardRoutes:
         fresh = views.Timeline(built_at=now, reach=reach)
         cursor = await self.store.last_sequence()
         for kind in contract.MAINTENANCE_TYPES:
-            query = EventQuery(type=kind, since=now - reach, limit=PAGE)
+            since = now - reach
             while True:
-                page = await self.store.events(query)
-                await asyncio.to_thread(_add_rows, fresh, page.rows)
-                if page.next_cursor is None:
+                # An hour of one type per query, small pages: each read is short, so the
+                # API's reads (one reader on SQLite) get their turn in between.
+                until = since + BUILD_SPAN if since + BUILD_SPAN < now else None
+                query = EventQuery(type=kind, since=since, until=until, limit=BUILD_PAGE)
+                while True:
+                    page = await self.store.events(query)
+                    if page.rows:
+                        await asyncio.to_thread(_add_rows, fresh, page.rows)
+                    if page.next_cursor is None:
+                        break
+                    query = replace(query, cursor=page.next_cursor)
+                if until is None:
                     break
-                query = replace(query, cursor=page.next_cursor)
+                since = until
         following: str | None = None
         while True:
-            notices = await self.store.notice_page(NoticeFilter(), cursor=following, limit=PAGE)
+            notices = await self.store.notice_page(
+                NoticeFilter(), cursor=following, limit=BUILD_PAGE
+            )
             await asyncio.to_thread(_seed, fresh, notices.rows)
             if notices.next is None:
                 break
