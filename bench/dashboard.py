@@ -4,16 +4,19 @@ The fleet of `bench.fleet` (10,000 instances, 100,000 events: heartbeats, two fi
 notices per VM within the last 6 hours, one VM in 20 with a notice in force), ingested over
 HTTP into a fleet service in its own process. Then:
 
-- Server render time: the first `GET /` after the start (it reads a week of the audit
-  log into the timeline), then `GET /` (everything), `GET /?zone=...` (one zone's drill-down) and
+- Server render time: the first `GET /` after the start (the service reads a week of the
+  audit log into the timeline in the background from its start; the page waits for it two
+  seconds at most), then `GET /` (everything), `GET /?zone=...` (one zone's drill-down),
+  `GET /?q=...` (a search), `GET /?state=silent` (the silent instances, a page) and
   `GET /instances/<name>` (one VM's page), one at a time over a keep-alive connection,
   p50 and p99, and the page's size.
 - Page load in the browser: Debian's Chromium (Playwright, as in the tests) opens `/` in a
   fresh tab; milliseconds from navigation start until the first table (`#now`) is in the
   document, and until the load event. Skipped with a note when Chromium is not installed.
 
-Writes `dashboard.md` in `--out` (default bench/results). Targets: `/` renders in under a
-second and is usable (first table) in the browser in under two, at full size.
+Writes `dashboard.md` in `--out` (default bench/results). Targets (issue 33's, which asks
+them at 100,000 instances: `bench.fleet_scale` measures that size): `/` renders in under
+300 ms at p99 and is usable (first table) in the browser in under 500 ms.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ from bench.fleet import (
 )
 from bench.stats import Summary, summarize
 
-RENDER_TARGET_MS: Final = 1000.0
-LOAD_TARGET_MS: Final = 2000.0
+RENDER_TARGET_MS: Final = 300.0
+LOAD_TARGET_MS: Final = 500.0
 LOADS: Final = 10
 #: Navigation start to the first table, and to the load event, of one page load.
 _TIMING: Final = """() => {
@@ -90,6 +93,8 @@ async def run(sizes: Sizes, workdir: Path) -> str:
         paths = {
             "/ (the whole fleet)": "/",
             "/?zone=... (one zone, per instance)": f"/?zone={busy.zone}",
+            "/?q=... (a search)": f"/?q={busy.name[:-1]}",
+            "/?state=silent (silent instances, a page)": "/?state=silent",
             "/instances/<name> (one VM)": f"/instances/{busy.name}",
         }
         rows = []
@@ -151,8 +156,9 @@ def render(
         )
     lines += [
         "",
-        f"The first render after the service starts reads a week of the audit log into the "
-        f"timeline: {first_render:,.0f} ms; later renders read only the events since.",
+        f"The first render after the service starts: {first_render:,.0f} ms (the timeline is "
+        "read from the audit log in the background from the start; a render waits for it "
+        "two seconds at most, and later renders read only the events since).",
         "",
         "## Page load in Chromium",
         "",
