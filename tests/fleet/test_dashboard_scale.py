@@ -11,18 +11,20 @@ pin the same behaviour more slowly."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from bridge.fleet.web import views
+from bridge.fleet.web import routes, views
 from tests.fleet import world
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import heartbeat
 from tests.fleet.test_dashboard import page, post
 from tests.fleet.world import FLEET
+from tests.support import eventually
 
 #: `retire_after_days` that retires the world's `quiet-1` (heard from an hour ago) only.
 RETIRE_AFTER_30_MIN = 30 / (24 * 60)
@@ -134,3 +136,35 @@ async def test_retired_instances_are_not_counted_as_silent(fleet_service: FleetF
         again = (await http.get("/")).text
         assert '<dd id="reporting">5</dd>' in again
         assert 'id="retired"' not in again
+
+
+async def test_the_page_does_not_wait_for_the_first_timeline(
+    fleet_service: FleetFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a week of a large audit log takes seconds: the page renders without the
+    timeline meanwhile, and the version token the live update polls changes once it is
+    read, so an open page fetches the drawing."""
+    gate = asyncio.Event()
+    read = routes.DashboardRoutes._build
+
+    async def slow(self: routes.DashboardRoutes, now: float, reach: float) -> views.Timeline:
+        await gate.wait()
+        return await read(self, now, reach)
+
+    monkeypatch.setattr(routes.DashboardRoutes, "_build", slow)
+    monkeypatch.setattr(routes, "FIRST_WAIT", 0.01)
+    async with fleet_service() as service, httpx.AsyncClient(base_url=service.url) as http:
+        await post(http, *FLEET)
+        pending = await page(http, "/")
+        assert "timeline-pending" in pending.ids
+        assert [row[5] for row in pending.body("now")] == ["web-1", "db-1", "db-2", "web-2"]
+        before = (await http.get("/dashboard/version")).json()["version"]
+        gate.set()
+
+        async def changed() -> bool:
+            return bool((await http.get("/dashboard/version")).json()["version"] != before)
+
+        await eventually(changed)
+        drawn = (await http.get("/")).text
+        assert "timeline-pending" not in drawn
+        assert "db-2: reboot completed (ev-0)" in drawn

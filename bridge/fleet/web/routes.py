@@ -80,8 +80,11 @@ class DashboardRoutes:
         app.on_cleanup.append(self._stop)
 
     async def _version(self, now: float) -> str:
+        """Changes with the store, once a minute, and when the first timeline is read (a
+        page that said it was being read then fetches the drawing)."""
         counts = await self.store.counts()
-        return f"{counts['events']}.{counts['rejected']}.{int(now // 60)}"
+        drawn = int(bool(self.timeline.built_at) or bool(self._building and self._building.done()))
+        return f"{counts['events']}.{counts['rejected']}.{int(now // 60)}.{drawn}"
 
     async def version(self, _request: web.Request) -> web.Response:
         return web.json_response(
