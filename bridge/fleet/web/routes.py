@@ -139,6 +139,7 @@ class DashboardRoutes:
         time, so the service answers meanwhile; the page draws the old timeline until this
         one is done."""
         fresh = views.Timeline(built_at=now, reach=reach)
+        fresh.counting = False  # counted once at the end, not per event
         cursor = await self.store.last_sequence()
         for kind in contract.MAINTENANCE_TYPES:
             since = now - reach
@@ -173,6 +174,7 @@ class DashboardRoutes:
         # Later renders read on from the audit log's end as it was before the rebuild's
         # reads (an event committed meanwhile is read twice; its mark counts once).
         fresh.cursor = cursor
+        await asyncio.to_thread(fresh.recount)
         return fresh
 
     async def _timeline(self, now: float, zoom: views.Zoom) -> views.Timeline | None:

@@ -447,6 +447,8 @@ class Timeline:
         #: its own bars, not the fleet's.
         self.zones: dict[str, list[tuple[str, str]]] = {}
         self.cells: Counter[_Cell] = Counter()
+        #: Whether `cells` follows each change (off while a build adds its bars).
+        self.counting = True
         self.cursor = 0
         self.built_at = built_at
         self.reach = reach
@@ -458,7 +460,16 @@ class Timeline:
     def dense(self) -> bool:
         return len(self.bars) > DENSE
 
+    def recount(self) -> None:
+        """Count every bar afresh (a build adds its bars with `counting` off, then this)."""
+        self.counting = True
+        self.cells.clear()
+        for bar in self.bars.values():
+            self._count(bar, 1)
+
     def _count(self, bar: Bar, delta: int) -> None:
+        if not self.counting:
+            return
         for cell in _cells(bar):
             self.cells[cell] += delta
             if not self.cells[cell]:
