@@ -41,6 +41,7 @@ from bench.fleet import (
     targets_table,
 )
 from bench.stats import Summary, summarize
+from bridge.fleet.state import zone_of
 
 RENDER_TARGET_MS: Final = 300.0
 LOAD_TARGET_MS: Final = 500.0
@@ -106,7 +107,7 @@ async def run(sizes: Sizes, workdir: Path) -> str:
         busy = _vm(20)
         paths = {
             "/ (the whole fleet)": "/",
-            "/?zone=... (one zone, per instance)": f"/?zone={busy.zone}",
+            "/?zone=... (one zone, per instance)": f"/?zone={zone_of(busy.zone, busy.location)}",
             "/?q=... (a search)": f"/?q={busy.name[:-1]}",
             "/?state=silent (silent instances, a page)": "/?state=silent",
             "/instances/<name> (one VM)": f"/instances/{busy.name}",
