@@ -22,12 +22,14 @@ them at 100,000 instances: `bench.fleet_scale` measures that size): `/` renders 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Final
 
 import httpx
+import psutil
 
 from bench.fleet import (
     FULL,
@@ -130,6 +132,8 @@ def render(
     browser: tuple[Summary, Summary] | None,
     counts: dict[str, int],
 ) -> str:
+    from bench.fleet_scale import commit  # it imports this module
+
     whole = rows[0][1]
     lines = [
         "# Fleet dashboard benchmark",
@@ -191,6 +195,9 @@ def render(
     lines += [
         "",
         f"Store rows: {store_rows(counts)}.",
+        "",
+        f"Commit measured: {commit()}. Host: {os.cpu_count()} CPUs, load average "
+        f"{psutil.getloadavg()[0]:.1f} at the end.",
         "",
     ]
     return "\n".join(lines)
