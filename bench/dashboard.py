@@ -4,26 +4,32 @@ The fleet of `bench.fleet` (10,000 instances, 100,000 events: heartbeats, two fi
 notices per VM within the last 6 hours, one VM in 20 with a notice in force), ingested over
 HTTP into a fleet service in its own process. Then:
 
-- Server render time: the first `GET /` after the start (it reads a week of the audit
-  log into the timeline), then `GET /` (everything), `GET /?zone=...` (one zone's drill-down) and
+- Server render time: the first `GET /` after the start (the service reads a week of the
+  audit log into the timeline in the background from its start; the page waits for it two
+  seconds at most), then `GET /` (everything), `GET /?zone=...` (one zone's drill-down),
+  `GET /?q=...` (a search), `GET /?state=silent` (the silent instances, a page) and
   `GET /instances/<name>` (one VM's page), one at a time over a keep-alive connection,
   p50 and p99, and the page's size.
 - Page load in the browser: Debian's Chromium (Playwright, as in the tests) opens `/` in a
   fresh tab; milliseconds from navigation start until the first table (`#now`) is in the
   document, and until the load event. Skipped with a note when Chromium is not installed.
 
-Writes `dashboard.md` in `--out` (default bench/results). Targets: `/` renders in under a
-second and is usable (first table) in the browser in under two, at full size.
+Writes `dashboard.md` in `--out` (default bench/results). Targets (issue 33's, which asks
+them at 100,000 instances: `bench.fleet_scale` measures that size): `/` renders in under
+300 ms at p99 and is usable (first table) in the browser in under 500 ms.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Final
 
 import httpx
+import psutil
 
 from bench.fleet import (
     FULL,
@@ -37,9 +43,10 @@ from bench.fleet import (
     targets_table,
 )
 from bench.stats import Summary, summarize
+from bridge.fleet.state import zone_of
 
-RENDER_TARGET_MS: Final = 1000.0
-LOAD_TARGET_MS: Final = 2000.0
+RENDER_TARGET_MS: Final = 300.0
+LOAD_TARGET_MS: Final = 500.0
 LOADS: Final = 10
 #: Navigation start to the first table, and to the load event, of one page load.
 _TIMING: Final = """() => {
@@ -80,16 +87,31 @@ async def browser_loads(
     return summarize(first[1:]), summarize(loaded[1:])
 
 
+async def drawn(http: httpx.AsyncClient, timeout: float = 120.0) -> None:
+    """Until the page draws its timeline: the service read it at its start, before the
+    fleet was posted, and reads it again in the background once it is that far behind;
+    the figures are of the page as it serves from then on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if 'id="timeline-svg"' in (await http.get("/")).text:
+            return
+        await asyncio.sleep(1.0)
+    raise RuntimeError(f"the page drew no timeline within {timeout:g} s")
+
+
 async def run(sizes: Sizes, workdir: Path) -> str:
     async with fleet_ingested(sizes, workdir, "bench.dashboard") as (url, _proc, _rate):
         async with httpx.AsyncClient(base_url=url, timeout=120) as http:
             started = time.perf_counter()
             (await http.get("/")).raise_for_status()
             first_render = (time.perf_counter() - started) * 1000
+            await drawn(http)
         busy = _vm(20)
         paths = {
             "/ (the whole fleet)": "/",
-            "/?zone=... (one zone, per instance)": f"/?zone={busy.zone}",
+            "/?zone=... (one zone, per instance)": f"/?zone={zone_of(busy.zone, busy.location)}",
+            "/?q=... (a search)": f"/?q={busy.name[:-1]}",
+            "/?state=silent (silent instances, a page)": "/?state=silent",
             "/instances/<name> (one VM)": f"/instances/{busy.name}",
         }
         rows = []
@@ -110,6 +132,8 @@ def render(
     browser: tuple[Summary, Summary] | None,
     counts: dict[str, int],
 ) -> str:
+    from bench.fleet_scale import commit  # it imports this module
+
     whole = rows[0][1]
     lines = [
         "# Fleet dashboard benchmark",
@@ -151,8 +175,9 @@ def render(
         )
     lines += [
         "",
-        f"The first render after the service starts reads a week of the audit log into the "
-        f"timeline: {first_render:,.0f} ms; later renders read only the events since.",
+        f"The first render after the service starts: {first_render:,.0f} ms (the timeline is "
+        "read from the audit log in the background from the start; a render waits for it "
+        "two seconds at most, and later renders read only the events since).",
         "",
         "## Page load in Chromium",
         "",
@@ -170,6 +195,9 @@ def render(
     lines += [
         "",
         f"Store rows: {store_rows(counts)}.",
+        "",
+        f"Commit measured: {commit()}. Host: {os.cpu_count()} CPUs, load average "
+        f"{psutil.getloadavg()[0]:.1f} at the end.",
         "",
     ]
     return "\n".join(lines)

@@ -412,6 +412,8 @@ def read_paths(workload: Workload) -> dict[str, tuple[str, float]]:
         ),
         "page / (server render)": ("/", RENDER_P99),
         "page /?zone= (server render)": (f"/?zone={zone}", RENDER_P99),
+        "page /?q= (a search, server render)": (f"/?q={busy.name[:-2]}", RENDER_P99),
+        "page /?state=silent (instances listed)": ("/?state=silent", RENDER_P99),
         "page /instances/<name> (server render)": (f"/instances/{busy.name}", RENDER_P99),
     }
 

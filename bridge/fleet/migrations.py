@@ -221,6 +221,11 @@ def _search_indexes(db: Any, dialect: Dialect) -> None:
         )
 
 
+def _retired_by_group(db: Any, dialect: Dialect) -> None:
+    """Retired instances counted per provider, version and zone (the page's rows)."""
+    tallies.regroup_retired(db, postgres=dialect is POSTGRES)
+
+
 #: Every step, in order; the last one's number is the schema this build writes. Steps 5
 #: and 6 are what 0.2.0 created with `IF NOT EXISTS` at every open
 #: (its stores have them already: their statements are idempotent, so they find them done).
@@ -233,6 +238,7 @@ STEPS: Final[tuple[Step, ...]] = (
     Step(6, "counts kept as events arrive", run=_tallies),
     Step(7, "instances: whether their latest events were attested", run=_attested),
     Step(8, "indexes of the filtered lists and the instance search", run=_search_indexes),
+    Step(9, "retired instances counted by provider, version and zone", run=_retired_by_group),
 )
 LATEST: Final = STEPS[-1].version
 

@@ -444,6 +444,11 @@ class Reads:
         return sorted((*key, n, silent.get(key, 0)) for key, n in totals.items())
 
     @staticmethod
+    def retired_counts(db: Any) -> list[tuple[str, str, str, int]]:
+        """(provider, sidecar version, zone or "", retired instances), from the tallies."""
+        return sorted((p, v, z, n) for kind, p, v, z, _, n in tallies.read(db) if kind == "retired")
+
+    @staticmethod
     def counts(db: Any) -> dict[str, int]:
         found = dict.fromkeys(("events", "instances", "notices", "rejected"), 0)
         found["notices_in_force"] = found["instances_retired"] = 0
@@ -518,3 +523,6 @@ class ReadQueries:
 
     async def attestation_counts(self) -> dict[str, int]:
         return await self._read(Reads.attestation_counts)
+
+    async def retired_counts(self) -> list[tuple[str, str, str, int]]:
+        return await self._read(Reads.retired_counts)

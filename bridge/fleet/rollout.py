@@ -32,16 +32,20 @@ def by_version(instances: Iterable[Mapping[str, Any]], now: float) -> dict[str, 
 
 
 def by_version_counts(
-    rows: Iterable[tuple[str, str, str, int, int]],
+    rows: Iterable[tuple[str, str, str, int, int] | tuple[str, str, str, int, int, int]],
 ) -> dict[str, dict[str, int]]:
     """`by_version` from the store's `instance_counts` rows (provider, version, zone, total,
-    silent), without reading the instances."""
+    silent), without reading the instances; rows with a sixth figure, the retired ones
+    (`bridge.fleet.web.views.fleet_rows`: not among their silent), count them apart."""
     counts: dict[str, dict[str, int]] = {}
-    for _provider, version, _zone, total, silent in rows:
+    for _provider, version, _zone, total, silent, *retired in rows:
         row = counts.setdefault(version or UNKNOWN, {"total": 0, "reporting": 0, "silent": 0})
+        gone = retired[0] if retired else 0
         row["total"] += total
         row["silent"] += silent
-        row["reporting"] += total - silent
+        row["reporting"] += total - silent - gone
+        if gone:
+            row["retired"] = row.get("retired", 0) + gone
     return _ordered(counts)
 
 

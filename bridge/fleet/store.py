@@ -243,6 +243,10 @@ class Store(Protocol):
         the tallies and the index of when each instance turns silent (never a pass over every
         row)."""
 
+    async def retired_counts(self) -> list[tuple[str, str, str, int]]:
+        """(provider, sidecar version, zone or "", instances retired), from the tallies:
+        retired ones are among the silent of `instance_counts` (the page shows them apart)."""
+
     async def attestation_counts(self) -> dict[str, int]:
         """Instances by `attestation`: attested, unattested, unchecked (#34)."""
 

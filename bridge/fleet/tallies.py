@@ -10,7 +10,8 @@ back ingest counts nothing:
 - `notices` (all) and `in_force` by (provider, zone, kind, status): triggers on `notices`;
 - `events` and `rejected`: one increment per batch from `writes.apply` (a row trigger
   on the audit log would cost an upsert per event of every batch);
-- `retired` instances (`bridge.fleet.retention`): a trigger on `instances.retired_at`.
+- `retired` instances (`bridge.fleet.retention`) by (provider, sidecar version, zone): a
+  trigger on `instances.retired_at` (schema step 9; one figure before).
 
 Which instances are `silent` depends on the time of the question. The moment each one
 turns silent (`SILENT_AT`: its last heartbeat plus three of its intervals) is tallied by
@@ -89,13 +90,27 @@ _INSTANCE_CHANGED: Final = (
     "OR OLD.zone IS DISTINCT FROM NEW.zone"
 )
 #: Retention marks an instance retired, its next event clears the mark (an instance is
-#: never inserted retired).
+#: never inserted retired); counted by (provider, version, zone) like the instances, so the
+#: page can show retired ones apart from the silent ones in each row. A retired instance
+#: whose version or zone changes moves with it.
 _RETIRED_UPDATE: Final = (
-    _ADD.format(
-        values="'retired', '', '', '', '', CASE WHEN NEW.retired_at IS NULL THEN -1 ELSE 1 END"
+    _instance("OLD", "CASE WHEN OLD.retired_at IS NULL THEN 0 ELSE -1 END").replace(
+        "'instances'", "'retired'"
+    ),
+    _instance("NEW", "CASE WHEN NEW.retired_at IS NULL THEN 0 ELSE 1 END").replace(
+        "'instances'", "'retired'"
     ),
 )
-_RETIRED_CHANGED: Final = "(OLD.retired_at IS NULL) IS DISTINCT FROM (NEW.retired_at IS NULL)"
+_RETIRED_CHANGED: Final = (
+    "(OLD.retired_at IS NOT NULL OR NEW.retired_at IS NOT NULL) AND "
+    f"((OLD.retired_at IS NULL) IS DISTINCT FROM (NEW.retired_at IS NULL) OR {_INSTANCE_CHANGED})"
+)
+_RETIRED_FILL: Final = (
+    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) "  # noqa: S608 (constants only)
+    f"SELECT 'retired', provider, {_VERSION.format(row='instances')}, COALESCE(zone, ''), "
+    "'', COUNT(*) FROM instances WHERE retired_at IS NOT NULL "
+    f"GROUP BY provider, {_VERSION.format(row='instances')}, COALESCE(zone, '')"
+)
 _TRIGGERS: Final = (
     ("notices_tally_insert", "INSERT", "notices", None, _NOTICE_INSERT),
     ("notices_tally_update", "UPDATE", "notices", _NOTICE_CHANGED, _NOTICE_UPDATE),
@@ -118,8 +133,7 @@ _FILL: Final = (
     f"SELECT 'instances', provider, {_VERSION.format(row='instances')}, COALESCE(zone, ''), "
     f"'', COUNT(*) FROM instances GROUP BY provider, {_VERSION.format(row='instances')}, "
     "COALESCE(zone, '')",
-    "INSERT INTO tallies (kind, k1, k2, k3, k4, n) "
-    "SELECT 'retired', '', '', '', '', COUNT(*) FROM instances WHERE retired_at IS NOT NULL",
+    _RETIRED_FILL,
     # The mark that the table holds the counts (an empty store is filled too).
     "INSERT INTO tallies (kind, k1, k2, k3, k4, n) VALUES ('ready', '', '', '', '', 1)",
 )
@@ -241,6 +255,18 @@ def prepare(db: Any, ddl: list[str], lock: str | None = None, *, postgres: bool 
         for statement in _FILL:
             db.execute(statement)
         db.execute(_silent_fill(_POSTGRES_MINUTE if postgres else _SQLITE_MINUTE))
+
+
+def regroup_retired(db: Any, *, postgres: bool = False) -> None:
+    """Schema step 9: the retired instances counted by (provider, version, zone) instead of
+    in one figure: the trigger made anew, the figures counted again (in the caller's
+    transaction)."""
+    if not postgres:  # SQLite has no CREATE OR REPLACE TRIGGER
+        db.execute("DROP TRIGGER IF EXISTS instances_tally_retired")
+    for statement in postgres_ddl() if postgres else sqlite_ddl():
+        db.execute(statement)
+    db.execute("DELETE FROM tallies WHERE kind = 'retired'")
+    db.execute(_RETIRED_FILL)
 
 
 def bump(db: Any, events: int, rejected: int) -> None:

@@ -118,6 +118,7 @@ def filters_form(filters: Filters, options: Mapping[str, Sequence[str]]) -> str:
     identity = (
         select("attestation", "Identity", filters.attestation) if "attestation" in options else ""
     )
+    state = select("state", "Instances", filters.state) if "state" in options else ""
     zoom = ""  # the form's GET replaces the query: the zoom rides along
     if filters.zoom.name != views.DEFAULT_ZOOM:
         zoom = f'<input type="hidden" name="zoom" value="{escape(filters.zoom.name)}">'
@@ -127,7 +128,7 @@ def filters_form(filters: Filters, options: Mapping[str, Sequence[str]]) -> str:
         f"{select('zone', 'Zone', filters.zone)}"
         f"{select('kind', 'Kind', filters.kind)}"
         f"{select('status', 'Status', filters.status)}"
-        f"{identity}"
+        f"{state}{identity}"
         '<label for="f-q">Text</label>'
         f'<input id="f-q" name="q" type="search" value="{escape(filters.text)}" '
         'placeholder="instance, notice, zone">'
@@ -150,9 +151,19 @@ def headline(head: Headline, now: float) -> str:
         f'<div{silent}><dt>Silent</dt><dd id="silent">{head.silent}</dd></div>'
         f'<div><dt>Started</dt><dd id="started">{started}</dd></div>'
         f'<div><dt>Scheduled</dt><dd id="scheduled">{scheduled}</dd></div>'
+        f"{_retired_count(head.retired)}"
         f'<div class="next"><dt>Next maintenance</dt><dd id="next">{following}</dd></div>'
         f"{_attestation_counts(head.attestation)}</dl></section>"
     )
+
+
+def _retired_count(retired: int) -> str:
+    """Instances retention retired (not heard from for `retire_after_days`): apart from the
+    silent ones, a link to their list; nothing while there are none."""
+    if not retired:
+        return ""
+    href = escape("/?" + urlencode({"state": "retired"}))
+    return f'<div><dt>Retired</dt><dd id="retired"><a href="{href}">{retired}</a></dd></div>'
 
 
 def _attestation_counts(counts: Mapping[str, int] | None) -> str:
@@ -261,22 +272,75 @@ def timeline_svg(bars: Sequence[Bar], now: float, filters: Filters) -> str:
     drawing scrolls sideways (the script brings `now` into view) while the names stay."""
     zoom = filters.zoom
     left, right = now - zoom.half, now + zoom.half
+    rows: dict[str, list[Bar]] = {}
+    for item in bars:
+        if item.end >= left and item.start <= right:
+            rows.setdefault(item.instance if filters.zone else item.zone, []).append(item)
+
+    def busy(row: str) -> bool:
+        return any(b.status in IN_FORCE for b in rows[row])
+
+    return _timeline(rows, busy, _row_shapes, now, filters)
+
+
+def timeline_counts(counts: Sequence[views.Count], now: float, filters: Filters) -> str:
+    """A dense timeline (more than `views.DENSE` notices): per row and time bucket, how many
+    windows open, how many notices started and completed there, as shaded cells whose
+    darkness grows with the count (the count in each one's tooltip) - a crowd of 30,000
+    notices in a few hundred shapes."""
+    rows: dict[str, list[views.Count]] = {}
+    for count in counts:
+        rows.setdefault(count.row, []).append(count)
+    most = max((count.n for count in counts), default=1)
+    width = max(3, round(views.BUCKET * PLOT_WIDTH / (2 * filters.zoom.half)))
+
+    def busy(row: str) -> bool:
+        return any(c.status in IN_FORCE for c in rows[row])
+
+    def shapes(items: Sequence[views.Count], top: int, x: Callable[[float], float]) -> list[str]:
+        return _count_shapes(items, top, x, most, width)
+
+    drawn = _timeline(rows, busy, shapes, now, filters)
+    if not rows:
+        return drawn
+    return (
+        f'<p class="legend" id="timeline-counted">{sum(c.n for c in counts if c.what == "window")}'
+        " notices, counted per hour: the darker a cell, the more notices (up to "
+        f"{most} in one); its tooltip says how many. Narrow the filters to see each one.</p>"
+        + drawn
+    )
+
+
+def timeline_pending(filters: Filters) -> str:
+    """While the timeline is first read from the audit log (seconds at 100,000 VMs): the
+    rest of the page does not wait for it, and the live update brings it in."""
+    return (
+        f'<p class="empty" id="timeline-pending">The timeline of the {escape(filters.zoom.text)} '
+        "is being read from the audit log; it shows on the next update.</p>"
+    )
+
+
+def _timeline(
+    rows: Mapping[str, Sequence[Any]],
+    busy: Callable[[str], bool],
+    shapes: Callable[[Sequence[Any], int, Callable[[float], float]], list[str]],
+    now: float,
+    filters: Filters,
+) -> str:
+    """The drawing's frame: the grid, the `now` line, the row names beside it (at most
+    `MAX_TIMELINE_ROWS`, those with a notice in force first), and each row's `shapes`."""
+    zoom = filters.zoom
+    left, right = now - zoom.half, now + zoom.half
     scale = PLOT_WIDTH / (right - left)
 
     def x(moment: float) -> float:
         return (min(max(moment, left), right) - left) * scale
 
-    rows: dict[str, list[Bar]] = {}
-    for item in bars:
-        if item.end >= left and item.start <= right:
-            rows.setdefault(item.instance if filters.zone else item.zone, []).append(item)
     if not rows:
         return f'<p class="empty">Nothing in the {escape(zoom.text)}.</p>'
     hidden = max(0, len(rows) - MAX_TIMELINE_ROWS)
     if hidden:  # rows with a notice in force first, then by name
-        ranked = sorted(
-            rows, key=lambda row: (not any(b.status in IN_FORCE for b in rows[row]), row)
-        )
+        ranked = sorted(rows, key=lambda row: (not busy(row), row))
         rows = {row: rows[row] for row in ranked[:MAX_TIMELINE_ROWS]}
     height = ROW_HEIGHT * (len(rows) + 1)
     labels = []
@@ -301,7 +365,7 @@ def timeline_svg(bars: Sequence[Bar], now: float, filters: Filters) -> str:
         labels.append(
             f'<li><a class="row" href="{escape(link)}" title="{escape(row)}">{escape(row)}</a></li>'
         )
-        parts.extend(_row_shapes(items, top, x))
+        parts.extend(shapes(items, top, x))
     parts.append("</svg>")
     labels.append('<li aria-hidden="true"></li>')  # beside the time axis
     drawn = (
@@ -314,6 +378,42 @@ def timeline_svg(bars: Sequence[Bar], now: float, filters: Filters) -> str:
             "first): narrow the filters.</p>"
         )
     return drawn
+
+
+def _count_shapes(
+    items: Sequence[views.Count], top: int, x: Callable[[float], float], most: int, width: int
+) -> list[str]:
+    """One row of the counted timeline: per bucket, a cell for the windows opening (by kind
+    and status), a triangle for the starts and a dot for the completions, each shaded by
+    its count against the busiest cell (`most`)."""
+    merged: dict[tuple[str, int, str, str], list[int]] = {}
+    for count in items:
+        at = round(x(count.bucket * views.BUCKET))
+        kind, status = (count.kind, count.status) if count.what == "window" else ("", "")
+        cell = merged.setdefault((count.what, at, kind, status), [0, count.bucket])
+        cell[0] += count.n
+        cell[1] = min(cell[1], count.bucket)
+    shapes = []
+    for (what, at, kind, status), (n, bucket) in sorted(merged.items()):
+        shade = f' fill-opacity="{0.25 + 0.75 * n / most:.2f}"'
+        hour = readable(bucket * views.BUCKET)
+        if what == "window":
+            shapes.append(
+                f'<rect class="win k-{escape(kind)} s-{escape(status)}" x="{at}" y="{top + 5}" '
+                f'width="{width}" height="{ROW_HEIGHT - 10}"{shade}>'
+                f"<title>{n} {escape(kind)} {escape(status)}: windows from {hour}</title></rect>"
+            )
+        elif what == "started":
+            shapes.append(
+                f'<path class="mark-started" d="M{at} {top + 2}l5 9h-10z"{shade}>'
+                f"<title>{n} started from {hour}</title></path>"
+            )
+        else:
+            shapes.append(
+                f'<circle class="mark-completed" cx="{at}" cy="{top + ROW_HEIGHT - 5}" r="3.5"'
+                f"{shade}><title>{n} completed from {hour}</title></circle>"
+            )
+    return shapes
 
 
 def _row_shapes(items: Sequence[Bar], top: int, x: Callable[[float], float]) -> list[str]:
@@ -373,14 +473,15 @@ def dashboard(
     in_force: Sequence[dict[str, Any]],
     day: Sequence[dict[str, Any]],
     week: Sequence[dict[str, Any]],
-    bars: Sequence[Bar],
+    timeline: str,
     filters: Filters,
     now: float,
     groups: Sequence[tuple[str, str, str, str, int]],
     following: str | None = None,
 ) -> str:
     """The page's sections; `in_force` is one page of the notices in force (`following`:
-    the next page's cursor), `groups` the store's counts of all of them."""
+    the next page's cursor), `groups` the store's counts of all of them, `timeline` the
+    drawing (`timeline_svg`, `timeline_counts` or `timeline_pending`)."""
     row_unit = "instance" if filters.zone else "zone"
     total = sum(group[4] for group in groups)
     return "".join(
@@ -397,7 +498,7 @@ def dashboard(
             f'<section aria-labelledby="h-timeline"><h2 id="h-timeline">Timeline: '
             f"{filters.zoom.text}, per {row_unit}</h2>",
             zoom_links(filters),
-            timeline_svg(bars, now, filters),
+            timeline,
             '<p class="legend"><span class="win-key"></span> window '
             "<span>▲</span> started <span>●</span> completed</p>",
             "</section>",
@@ -418,6 +519,7 @@ def instances_found(
         for part in (
             f"matching {escape(filters.text)}" if filters.text else "",
             escape(filters.attestation) if filters.attestation else "",
+            escape(filters.state) if filters.state else "",
         )
         if part
     )
@@ -446,31 +548,35 @@ def instances_found(
     )
 
 
-def fleet_tables(counts: Sequence[tuple[str, str, str, int, int]]) -> str:
-    """Instances by provider and by zone (reporting, silent, total), from the store's
-    counts: the shape of a fleet of any size in two small tables. Zones with silent
-    instances first; at most `MAX_ZONE_ROWS` of them."""
+def fleet_tables(counts: Sequence[views.FleetRow]) -> str:
+    """Instances by provider and by zone (reporting, silent, retired when there are some,
+    total), from the store's counts: the shape of a fleet of any size in two small tables.
+    Zones with silent instances first; at most `MAX_ZONE_ROWS` of them."""
     if not counts:
         return ""
     providers: dict[str, list[int]] = {}
     zones: dict[str, list[int]] = {}
-    for provider, _version, zone, total, silent in counts:
+    for provider, _version, zone, total, silent, retired in counts:
         for table, key in ((providers, provider), (zones, zone or "none")):
-            row = table.setdefault(key, [0, 0])
+            row = table.setdefault(key, [0, 0, 0])
             row[0] += total
             row[1] += silent
+            row[2] += retired
+    with_retired = any(row[5] for row in counts)
 
     def rows(table: dict[str, list[int]], link: Callable[[str], str]) -> str:
         ranked = sorted(table.items(), key=lambda item: (-item[1][1], item[0]))
         return "".join(
-            f'<tr><th scope="row">{link(key)}</th><td>{total - silent}</td>'
-            f"<td{' class=alert' if silent else ''}>{silent}</td><td>{total}</td></tr>"
-            for key, (total, silent) in ranked[:MAX_ZONE_ROWS]
+            f'<tr><th scope="row">{link(key)}</th><td>{total - silent - retired}</td>'
+            f"<td{' class=alert' if silent else ''}>{silent}</td>"
+            f"{_cell(retired) if with_retired else ''}<td>{total}</td></tr>"
+            for key, (total, silent, retired) in ranked[:MAX_ZONE_ROWS]
         )
 
+    retired_head = '<th scope="col">Retired</th>' if with_retired else ""
     head = (
         '<thead><tr><th scope="col">{}</th><th scope="col">Reporting</th>'
-        '<th scope="col">Silent</th><th scope="col">Total</th></tr></thead>'
+        f'<th scope="col">Silent</th>{retired_head}<th scope="col">Total</th></tr></thead>'
     )
     hidden = max(0, len(zones) - MAX_ZONE_ROWS)
     more = f'<p class="more">{hidden} more zones not shown.</p>' if hidden else ""
@@ -485,25 +591,33 @@ def fleet_tables(counts: Sequence[tuple[str, str, str, int, int]]) -> str:
     )
 
 
+def _cell(count: int) -> str:
+    return f"<td>{count}</td>"
+
+
 def _zone_link(zone: str) -> str:
     return f'<a href="/?{escape(urlencode({"zone": zone}))}">{escape(zone)}</a>'
 
 
 def versions_table(counts: Mapping[str, Mapping[str, int]]) -> str:
-    """Instances per sidecar version (`bridge.fleet.rollout`): a rollout's progress."""
+    """Instances per sidecar version (`bridge.fleet.rollout`): a rollout's progress; the
+    retired ones apart from the silent, in a column of their own when there are some."""
     if not counts:
         return ""
+    with_retired = any(row.get("retired") for row in counts.values())
     rows = "".join(
         f'<tr><th scope="row"><code>{escape(version)}</code></th><td>{row["reporting"]}</td>'
         f"<td{' class=alert' if row['silent'] else ''}>{row['silent']}</td>"
+        f"{_cell(row.get('retired', 0)) if with_retired else ''}"
         f"<td>{row['total']}</td></tr>"
         for version, row in counts.items()
     )
+    retired_head = '<th scope="col">Retired</th>' if with_retired else ""
     return (
         '<section aria-labelledby="h-versions"><h2 id="h-versions">Versions</h2>'
         '<div class="scroll"><table id="versions"><caption>Instances per sidecar version'
         '</caption><thead><tr><th scope="col">Version</th><th scope="col">Reporting</th>'
-        '<th scope="col">Silent</th><th scope="col">Total</th></tr></thead>'
+        f'<th scope="col">Silent</th>{retired_head}<th scope="col">Total</th></tr></thead>'
         f"<tbody>{rows}</tbody></table></div></section>"
     )
 

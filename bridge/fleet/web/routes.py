@@ -19,7 +19,9 @@ Reads only: the page asks the store the same questions as `/v1/fleet/...`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import math
 import time
 from dataclasses import replace
@@ -41,6 +43,16 @@ MAX_EVENTS: Final = 50_000
 MAX_DAYS: Final = 366
 #: Audit-log rows per read while the timeline catches up.
 PAGE: Final = 10_000
+#: The first timeline reads the audit log an hour of one event type at a time, in
+#: pages of this many rows.
+BUILD_SPAN: Final = 3600.0
+BUILD_PAGE: Final = 1000
+#: Seconds the first page waits for the first timeline (then it says it is being read).
+FIRST_WAIT: Final = 2.0
+#: Events a render reads to bring the timeline up to date, at most; further behind (an
+#: idle page, a burst), the timeline is read afresh in the background instead.
+CATCH_UP: Final = 50_000
+log = logging.getLogger("bridge.fleet.web")
 _STATIC: Final = {
     "dashboard.css": "text/css",
     "dashboard.js": "text/javascript",
@@ -56,12 +68,16 @@ class DashboardRoutes:
         self.horizon = horizon
         self.timeline = views.Timeline()
         self._lock = asyncio.Lock()
+        #: A timeline being read afresh, in the background.
+        self._building: asyncio.Task[views.Timeline] | None = None
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/", self.index)
         app.router.add_get("/instances/{name}", self.instance)
         app.router.add_get("/dashboard/version", self.version)
         app.router.add_get("/static/{file}", self.static)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
 
     async def _version(self, now: float) -> str:
         counts = await self.store.counts()
@@ -87,7 +103,7 @@ class DashboardRoutes:
     @staticmethod
     def _options(
         groups: list[tuple[str, str, str, str, int]],
-        instances: list[tuple[str, str, str, int, int]],
+        instances: list[views.FleetRow],
     ) -> dict[str, list[str]]:
         """The filters' choices: what the store counts (notices in force, instances)."""
         providers = {g[0] for g in groups} | {i[0] for i in instances}
@@ -98,41 +114,122 @@ class DashboardRoutes:
             "zone": sorted(zones),
             "kind": sorted(kinds),
             "status": list(state.IN_FORCE),
+            "state": list(views.INSTANCE_STATES),
         }
 
-    async def _timeline(self, now: float, zoom: views.Zoom) -> views.Timeline:
-        """The kept timeline, brought up to date: the events after its cursor, or, when it is
-        due for a rebuild (see `views.Timeline`), the maintenance events of its reach, read
-        type by type through the audit log's (type, time) index - a week of a large fleet's
-        audit log is mostly heartbeats, which draw nothing."""
-        async with self._lock:
-            if self.timeline.stale(now, zoom.half):
-                reach = max(zoom.half, self.timeline.reach)
-                fresh = views.Timeline(built_at=now, reach=reach)
-                cursor = await self.store.last_sequence()
-                queries = [
-                    EventQuery(type=kind, since=now - reach, limit=PAGE)
-                    for kind in contract.MAINTENANCE_TYPES
-                ]
-            else:
-                fresh = self.timeline
-                cursor = None
-                queries = [EventQuery(cursor=fresh.cursor, limit=PAGE)]
-            for query in queries:
+    async def _start(self, _app: web.Application) -> None:
+        """Begin reading the timeline as the service starts, so the first page does not."""
+        self._rebuild(time.time(), self.timeline.reach)
+
+    async def _stop(self, _app: web.Application) -> None:
+        if self._building is not None:
+            self._building.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._building
+
+    def _rebuild(self, now: float, reach: float) -> None:
+        if self._building is None:
+            self._building = asyncio.create_task(self._build(now, reach))
+
+    async def _build(self, now: float, reach: float) -> views.Timeline:
+        """A timeline read afresh (see `views.Timeline`): the maintenance events of its
+        reach, type by type through the audit log's (type, time) index - a week of a large
+        fleet's audit log is mostly heartbeats, which draw nothing - then the notices in
+        force as the store holds them. The decoding runs in a worker thread a page at a
+        time, so the service answers meanwhile; the page draws the old timeline until this
+        one is done."""
+        fresh = views.Timeline(built_at=now, reach=reach)
+        fresh.counting = False  # counted once at the end, not per event
+        cursor = await self.store.last_sequence()
+        for kind in contract.MAINTENANCE_TYPES:
+            since = now - reach
+            first = await self.store.events(EventQuery(type=kind, since=since, limit=BUILD_PAGE))
+            if first.next_cursor is None:  # a small store: all of them at once
+                await asyncio.to_thread(_add_rows, fresh, first.rows)
+                continue
+            while True:
+                # An hour of one type per query, small pages: each read is short, so the
+                # API's reads (one reader on SQLite) get their turn in between.
+                until = since + BUILD_SPAN if since + BUILD_SPAN < now else None
+                query = EventQuery(type=kind, since=since, until=until, limit=BUILD_PAGE)
                 while True:
                     page = await self.store.events(query)
-                    for seq, _ingest, _received, body in page.rows:
-                        fresh.add(seq, body)
+                    if page.rows:
+                        await asyncio.to_thread(_add_rows, fresh, page.rows)
                     if page.next_cursor is None:
                         break
                     query = replace(query, cursor=page.next_cursor)
-            if cursor is not None:
-                # Later renders read on from the audit log's end as it was before the
-                # rebuild's reads (an event committed meanwhile is read twice: its mark
-                # is drawn once, on the same pixel, with "2 x" in its tooltip).
-                fresh.cursor = cursor
-            self.timeline = fresh
-            return fresh
+                if until is None:
+                    break
+                since = until
+        following: str | None = None
+        while True:
+            notices = await self.store.notice_page(
+                NoticeFilter(), cursor=following, limit=BUILD_PAGE
+            )
+            await asyncio.to_thread(_seed, fresh, notices.rows)
+            if notices.next is None:
+                break
+            following = notices.next
+        # Later renders read on from the audit log's end as it was before the rebuild's
+        # reads (an event committed meanwhile is read twice; its mark counts once).
+        fresh.cursor = cursor
+        await asyncio.to_thread(fresh.recount)
+        return fresh
+
+    async def _timeline(self, now: float, zoom: views.Zoom) -> views.Timeline | None:
+        """The kept timeline, brought up to date with the events after its cursor; a new
+        one is built in the background when it is due (`views.Timeline.stale`), or when
+        the audit log ran further ahead than `CATCH_UP` events (an idle page an hour
+        later). None while the first one is still being read."""
+        async with self._lock:
+            if self.timeline.stale(now, zoom.half):
+                self._rebuild(now, max(zoom.half, self.timeline.reach))
+            building = self._building
+            if building is not None and not self.timeline.built_at:
+                # The first timeline: worth a short wait (a small store reads in no time).
+                await asyncio.wait([building], timeout=FIRST_WAIT)
+            if building is not None and building.done():
+                self._building = None
+                try:
+                    self.timeline = building.result()
+                except Exception:  # a store error: the old timeline stays, the next render retries
+                    log.exception("reading the dashboard's timeline failed")
+            if not self.timeline.built_at:
+                return None
+            last = await self.store.last_sequence()
+            if last - self.timeline.cursor > CATCH_UP:
+                self._rebuild(now, max(zoom.half, self.timeline.reach))
+                return self.timeline
+            query = EventQuery(cursor=self.timeline.cursor, limit=PAGE)
+            while True:
+                page = await self.store.events(query)
+                _add_rows(self.timeline, page.rows)
+                if page.next_cursor is None:
+                    break
+                query = replace(query, cursor=page.next_cursor)
+            return self.timeline
+
+    def _drawing(
+        self,
+        timeline: views.Timeline | None,
+        shown: list[dict[str, Any]],
+        filters: views.Filters,
+        now: float,
+    ) -> str:
+        """The timeline's drawing: each notice while there are few, else the counts per
+        zone and hour (for the whole fleet from the kept counts; for a search from the
+        notices it finds)."""
+        if timeline is None:
+            return render.timeline_pending(filters)
+        if timeline.dense and not (filters.zone or filters.text):
+            return render.timeline_counts(timeline.counted(filters, now), now, filters)
+        bars = timeline.select(shown, filters, now)
+        # A zone's rows are instances, at most `render.MAX_TIMELINE_ROWS` of them, each with
+        # a few notices: drawn one by one however crowded the zone.
+        if filters.zone is not None or len(bars) <= views.DENSE:
+            return render.timeline_svg(bars, now, filters)
+        return render.timeline_counts(views.counted(bars), now, filters)
 
     async def _notices(self, where: NoticeFilter) -> list[dict[str, Any]]:
         """The store's notices with their current event decoded."""
@@ -163,7 +260,9 @@ class DashboardRoutes:
             soon = self._decoded(ahead.rows)
         day, week = views.coming(soon, now)
         groups = await self.store.notice_groups(where)
-        counts = await self.store.instance_counts(now)
+        counts = views.fleet_rows(
+            await self.store.instance_counts(now), await self.store.retired_counts()
+        )
         mine = [
             row
             for row in counts
@@ -180,6 +279,7 @@ class DashboardRoutes:
                     limit=views.PAGE_ROWS,
                     now=now,
                     attestation=filters.attestation,
+                    state=filters.state,
                 )
             )
         attestation = await self.store.attestation_counts()
@@ -187,8 +287,8 @@ class DashboardRoutes:
             views.headline_of(mine, groups, soon, now, found.rows if found else None),
             attestation=attestation,
         )
-        bars = (await self._timeline(now, filters.zoom)).select(shown, filters, now)
-        body = render.dashboard(head, shown, day, week, bars, filters, now, groups, page.next)
+        drawing = self._drawing(await self._timeline(now, filters.zoom), shown, filters, now)
+        body = render.dashboard(head, shown, day, week, drawing, filters, now, groups, page.next)
         if found is not None:
             body += render.instances_found(found.rows, found.next, filters, now)
         body += render.fleet_tables(mine)
@@ -252,6 +352,16 @@ class DashboardRoutes:
             content_type=_HTML,
             headers={"Cache-Control": "no-store"},
         )
+
+
+def _add_rows(timeline: views.Timeline, rows: list[tuple[int, str, float, bytes]]) -> None:
+    for seq, _ingest, _received, body in rows:
+        timeline.add(seq, body)
+
+
+def _seed(timeline: views.Timeline, notices: list[dict[str, Any]]) -> None:
+    for notice in notices:
+        timeline.seed({**notice, "event": msgspec.json.decode(notice["event"])})
 
 
 def _days(text: str) -> float:

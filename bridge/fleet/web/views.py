@@ -8,7 +8,7 @@ one render is one consistent instant.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 from urllib.parse import urlencode
@@ -21,6 +21,8 @@ from bridge.fleet.store import ATTESTATIONS, NoticeFilter
 from bridge.infra.timeparse import parse_time
 
 DAY: Final = 86400.0
+#: An instance's states (`bridge.fleet.state.instance_state`), as `?state=` names them.
+INSTANCE_STATES: Final = ("reporting", "silent", "retired")
 #: A window without a known end is drawn this long (Azure Freeze is seconds, a reboot
 #: minutes, a live migration under a minute; an hour keeps it visible on a 14-day axis).
 DEFAULT_WINDOW: Final = 3600.0
@@ -111,6 +113,9 @@ class Filters:
     #: Instances whose latest events were `attested`, `unattested` or `unchecked` (#34):
     #: lists those instances (the notices are not filtered by it).
     attestation: str | None = None
+    #: Instances `reporting`, `silent` or `retired`: lists those instances (a page at a
+    #: time; the notices are not filtered by it).
+    state: str | None = None
 
     @classmethod
     def of(cls, query: Mapping[str, str]) -> Filters:
@@ -127,6 +132,11 @@ class Filters:
             raise BadZoom(
                 f"attestation: expected one of {', '.join(ATTESTATIONS)}, got {attestation[:40]!r}"
             )
+        state = value("state")
+        if state is not None and state not in INSTANCE_STATES:
+            raise BadZoom(
+                f"state: expected one of {', '.join(INSTANCE_STATES)}, got {state[:40]!r}"
+            )
         return cls(
             value("provider"),
             value("zone"),
@@ -135,6 +145,7 @@ class Filters:
             zoom_of(query.get("zoom")),
             status,
             attestation,
+            state,
         )
 
     def notice_filter(self) -> NoticeFilter:
@@ -191,6 +202,7 @@ class Filters:
             "status": current.status,
             "q": current.text,
             "attestation": current.attestation,
+            "state": current.state,
             "zoom": None if current.zoom.name == DEFAULT_ZOOM else current.zoom.name,
         }
         text = urlencode({k: v for k, v in pairs.items() if v})
@@ -198,12 +210,34 @@ class Filters:
 
     @property
     def active(self) -> bool:
-        return any((self.provider, self.zone, self.kind, self.status, self.text, self.attestation))
+        return any(
+            (self.provider, self.zone, self.kind, self.status, self.text, self.attestation)
+        ) or bool(self.state)
 
     @property
     def lists_instances(self) -> bool:
-        """Whether the page lists instances (a search, or an attestation asked for)."""
-        return bool(self.text or self.attestation)
+        """Whether the page lists instances (a search, an attestation or a state asked for)."""
+        return bool(self.text or self.attestation or self.state)
+
+
+#: (provider, sidecar version, zone or "", instances, silent, retired): the store's counts
+#: of instances with the retired ones apart (`fleet_rows`).
+FleetRow = tuple[str, str, str, int, int, int]
+
+
+def fleet_rows(
+    counts: Iterable[tuple[str, str, str, int, int]],
+    retired: Iterable[tuple[str, str, str, int]],
+) -> list[FleetRow]:
+    """The store's `instance_counts` with its `retired_counts` taken out of the silent:
+    retention retires instances not heard from for weeks, which the silent count holds too,
+    and a deleted VM is not an alarm."""
+    gone = {(p, v, z): n for p, v, z, n in retired}
+    rows = []
+    for provider, version, zone, total, silent in counts:
+        out = min(gone.get((provider, version, zone), 0), silent)
+        rows.append((provider, version, zone, total, silent - out, out))
+    return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +249,12 @@ class Headline:
     next_instance: str | None
     #: Instances by attestation (#34), shown while any source checks identity.
     attestation: Mapping[str, int] | None = None
+    #: Instances retention retired (not among the silent), shown when there are some.
+    retired: int = 0
 
 
 def headline_of(
-    counts: Iterable[tuple[str, str, str, int, int]],
+    counts: Iterable[FleetRow],
     groups: Iterable[tuple[str, str, str, str, int]],
     soon: Iterable[Mapping[str, Any]],
     now: float,
@@ -229,11 +265,12 @@ def headline_of(
     `soon` (soonest first)."""
     if found is not None:
         states: Counter[str] = Counter(instance_state(row, now)[0] for row in found)
-        reporting, silent = states["reporting"], states["silent"]
+        reporting, silent, retired = states["reporting"], states["silent"], states["retired"]
     else:
         rows = list(counts)
         silent = sum(row[4] for row in rows)
-        reporting = sum(row[3] for row in rows) - silent
+        retired = sum(row[5] for row in rows)
+        reporting = sum(row[3] for row in rows) - silent - retired
     by_status: Counter[str] = Counter({"scheduled": 0, "started": 0})
     for _provider, _zone, _kind, status, count in groups:
         by_status[status] += count
@@ -251,6 +288,7 @@ def headline_of(
         dict(by_status),
         first[0] if first else None,
         first[1] if first else None,
+        retired=retired,
     )
 
 
@@ -320,6 +358,12 @@ class Bar:
     end: float
     started: list[float]
     completed: list[float]
+    #: What a text filter searches, lower case: instance, notice, zone and source.
+    haystack: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.haystack:
+            self.haystack = f"{self.instance}\n{self.notice_id}\n{self.zone}\n{self.source}".lower()
 
     def copy(self) -> Bar:
         return replace(self, started=list(self.started), completed=list(self.completed))
@@ -346,28 +390,90 @@ _EVENT: Final = msgspec.json.Decoder(_Event)
 _DATA: Final = msgspec.json.Decoder(dict[str, Any])
 
 
-class Timeline:
-    """The bars of the maintenance events of the last `reach` seconds, kept between renders.
+#: Above this many notices on the timeline it is drawn as counts per row and time bucket
+#: (`Density`), not one shape per notice: 30,000 notices are 30,000 shapes to compute and
+#: send, and a person reads the crowd, not the shapes.
+DENSE: Final = 2_000
+#: The counted timeline's time bucket, seconds (aligned to the epoch, so a count never
+#: moves between buckets as time passes): an hour is 3 pixels of a week's zoom.
+BUCKET: Final = 3600.0
+#: What a bucket counts: windows opening in it, and the notices seen starting and completing.
+WHATS: Final = ("window", "started", "completed")
+_Cell = tuple[str, str, str, str, str, int]  # provider, zone, kind, status, what, bucket
 
-    Every render would otherwise decode a week of the audit log (60,000 events at 10,000
-    VMs: seconds); this keeps the bars and reads only the events after `cursor` (the audit
-    log's sequence). `stale` says when to build it again from the store (every
-    `REBUILD_AFTER` seconds, or when a zoom reaches further back than it read): old bars are
-    dropped then, and a store whose sequence commits out of order (PostgreSQL under
-    concurrent writers) cannot hide an event for longer. It reads a week until a month's
-    zoom is asked for, and a month from then on (one rebuild, not one per zoom change).
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """Notices of one row of the counted timeline: `n` of `kind` in `status` whose `what`
+    (a window opening, a start, a completion) falls in time bucket `bucket`."""
+
+    row: str
+    what: str
+    kind: str
+    status: str
+    bucket: int
+    n: int
+
+
+def _cells(bar: Bar) -> Iterator[_Cell]:
+    """The counted timeline's cells one notice adds to: its window's opening and its marks."""
+    head = (bar.provider, bar.zone, bar.kind, bar.status)
+    yield (*head, "window", int(bar.start // BUCKET))
+    for mark in bar.started:
+        yield (*head, "started", int(mark // BUCKET))
+    for mark in bar.completed:
+        yield (*head, "completed", int(mark // BUCKET))
+
+
+class Timeline:
+    """The bars of the maintenance events of the last `reach` seconds, kept between renders,
+    and their counts per (provider, zone, kind, status, time bucket), kept as the bars change.
+
+    Every render would otherwise decode a week of the audit log (80,000 maintenance events
+    at 100,000 VMs: seconds); this keeps the bars and reads only the events after `cursor`
+    (the audit log's sequence). A dense timeline is drawn from the counts (`counted`), which
+    are as many as rows times buckets however many notices there are. `stale` says when to
+    build it again from the store (every `REBUILD_AFTER` seconds, or when a zoom reaches
+    further back than it read): old bars are dropped then, and a store whose sequence commits
+    out of order (PostgreSQL under concurrent writers) cannot hide an event for longer. It
+    reads a week until a month's zoom is asked for, and a month from then on.
     """
 
     REBUILD_AFTER: Final = 3600.0
 
     def __init__(self, built_at: float = 0.0, reach: float = 7 * DAY) -> None:
         self.bars: dict[tuple[str, str], Bar] = {}
+        #: The bars' keys by zone (a bar's zone never changes): a zone's drill-down reads
+        #: its own bars, not the fleet's.
+        self.zones: dict[str, list[tuple[str, str]]] = {}
+        self.cells: Counter[_Cell] = Counter()
+        #: Whether `cells` follows each change (off while a build adds its bars).
+        self.counting = True
         self.cursor = 0
         self.built_at = built_at
         self.reach = reach
 
     def stale(self, now: float, reach: float = 7 * DAY) -> bool:
         return now - self.built_at > self.REBUILD_AFTER or reach > self.reach
+
+    @property
+    def dense(self) -> bool:
+        return len(self.bars) > DENSE
+
+    def recount(self) -> None:
+        """Count every bar afresh (a build adds its bars with `counting` off, then this)."""
+        self.counting = True
+        self.cells.clear()
+        for bar in self.bars.values():
+            self._count(bar, 1)
+
+    def _count(self, bar: Bar, delta: int) -> None:
+        if not self.counting:
+            return
+        for cell in _cells(bar):
+            self.cells[cell] += delta
+            if not self.cells[cell]:
+                del self.cells[cell]
 
     def add(self, seq: int, body: bytes) -> None:
         """One audit-log row; only maintenance transitions draw something."""
@@ -378,22 +484,38 @@ class Timeline:
         data = _DATA.decode(event.data)
         at = epoch(event.time) or 0.0
         found = self._bar(event.source, data, at)
+        self._count(found, -1)
         found.status = str(data.get("status"))
         if event.type == contract.SCHEDULED:
             found.window(data)
         elif event.type == contract.STARTED:
-            found.started.append(at)
+            if at not in found.started:  # an event read twice (a rebuild's overlap) counts once
+                found.started.append(at)
             found.start = min(found.start, at)
             found.end = max(found.end, at + float(data.get("duration_seconds") or 0))
         else:
-            found.completed.append(at)
+            if at not in found.completed:
+                found.completed.append(at)
             found.end = max(found.end, at)
+        self._count(found, 1)
+
+    def seed(self, notice: Mapping[str, Any]) -> None:
+        """A notice in force as the store holds it (its event decoded): its current status
+        and window, so that one announced before the reach is drawn too."""
+        data = notice["event"]["data"]
+        found = self._bar(notice["source"], data, epoch(notice.get("updated")) or 0.0)
+        self._count(found, -1)
+        found.status = str(notice["status"])
+        found.window(data)
+        self._count(found, 1)
 
     def _bar(self, source: str, data: Mapping[str, Any], at: float) -> Bar:
         key = (source, str(data.get("notice_id")))
         found = self.bars.get(key)
         if found is None:
             found = self.bars[key] = _new_bar(source, data, at)
+            self.zones.setdefault(found.zone, []).append(key)
+            self._count(found, 1)  # as every change takes its old cells off first
         return found
 
     def select(
@@ -402,18 +524,19 @@ class Timeline:
         """The bars that pass `filters` and touch the zoom's span around `now`, with the
         notices in force's current windows (copies: the kept bars stay as the log says)."""
         left, right = now - filters.zoom.half, now + filters.zoom.half
+        needle = filters.text.lower() if filters.text else None
         chosen: dict[tuple[str, str], Bar] = {}
-        for key, bar in self.bars.items():
+        keys = self.bars if filters.zone is None else self.zones.get(filters.zone, ())
+        for key in keys:
+            bar = self.bars[key]
             if (
                 bar.end >= left
                 and bar.start <= right
+                and (filters.zone is None or bar.zone == filters.zone)
                 and (filters.status is None or bar.status == filters.status)
-                and filters.accepts(
-                    bar.provider,
-                    bar.zone,
-                    bar.kind,
-                    (bar.instance, bar.notice_id, bar.zone, bar.source),
-                )
+                and (filters.provider is None or bar.provider == filters.provider)
+                and (filters.kind is None or bar.kind == filters.kind)
+                and (needle is None or needle in bar.haystack)
             ):
                 chosen[key] = bar
         for notice in in_force:
@@ -430,7 +553,30 @@ class Timeline:
             bar.status = notice["status"]
             bar.window(notice["event"]["data"])
             chosen[key] = bar
-        return sorted(chosen.values(), key=lambda b: (b.zone, b.instance, b.start))
+        return list(chosen.values())  # the drawing orders its rows
+
+    def counted(self, filters: Filters, now: float) -> list[Count]:
+        """The counts per zone and bucket in the zoom's span that pass the provider, kind
+        and status filters (a zone or a text narrows to bars: `select`)."""
+        left, right = (now - filters.zoom.half) // BUCKET, (now + filters.zoom.half) // BUCKET
+        return [
+            Count(zone, what, kind, status, bucket, n)
+            for (provider, zone, kind, status, what, bucket), n in self.cells.items()
+            if left <= bucket <= right
+            and (filters.provider is None or provider == filters.provider)
+            and (filters.kind is None or kind == filters.kind)
+            and (filters.status is None or status == filters.status)
+        ]
+
+
+def counted(bars: Iterable[Bar]) -> list[Count]:
+    """Counts of `bars` (already chosen: a search's) per zone and bucket, drawn as the
+    whole fleet's are."""
+    cells: Counter[tuple[str, str, str, str, int]] = Counter()
+    for bar in bars:
+        for _provider, zone, kind, status, what, bucket in _cells(bar):
+            cells[(zone, what, kind, status, bucket)] += 1
+    return [Count(*cell, n) for cell, n in cells.items()]
 
 
 def _new_bar(source: str, data: Mapping[str, Any], at: float) -> Bar:
