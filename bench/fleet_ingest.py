@@ -7,7 +7,7 @@ Each run stores N distinct events (one maintenance transition each, spread over 
 - **HTTP batch**: four concurrent clients POST batches of 100 to `/v1/events` (what the
   sidecars' webhook sink in batch mode sends);
 - **Pub/Sub**: the events are published to Google's emulator first (not timed), then the
-  fleet service's streaming pull consumes the backlog (timed from the source's start to the
+  fleet service's `pubsub` source pulls the backlog (timed from the source's start to the
   last commit);
 - **Event Hubs**: the sidecars' own Event Hubs sink sends the backlog to the test AMQP
   server (`tests/sinks/eventhub_server.py`, 4 partitions, in this process; not timed), then
@@ -148,7 +148,7 @@ async def http_batch(url: str, store: str, bodies: list[bytes]) -> Figure:
 
 async def pubsub(url: str | None, store: str, bodies: list[bytes], emulator: Any) -> Figure:
     """The fleet service's `pubsub` source drains the backlog into the store at `url`; None:
-    a bare streaming pull of the same client library, each message acknowledged as it comes
+    bare pulls of the same client library and batch size, each batch acknowledged at once
     (no store, no fleet: what the emulator and the client library allow here)."""
     from tests.sinks.pubsub_emulator import Admin, unique
 
@@ -177,39 +177,33 @@ async def pubsub(url: str | None, store: str, bodies: list[bytes], emulator: Any
             await stored(fleet, len(bodies), timeout=600)
             seconds = time.perf_counter() - began
             spent = cpu_seconds() - cpu, cpu_seconds(server) - server_cpu
-        return Figure("Pub/Sub streaming pull", store, len(bodies), seconds, rss_mb(), *spent)
+        return Figure("Pub/Sub pull", store, len(bodies), seconds, rss_mb(), *spent)
     finally:
         admin.close()
 
 
 def bare_pull(subscription: str, count: int) -> None:
-    """A plain streaming pull (the source's flow control) acknowledging each message."""
-    import threading
-
+    """Pulls of the source's batch size, each acknowledged at once, as the source pulls."""
     from google.cloud import pubsub_v1  # type: ignore[import-untyped]
 
     from bridge.fleet.bus_config import PubsubSourceConfig
 
-    done = threading.Event()
-    seen = [0]
-    lock = threading.Lock()
-
-    def on_message(message: Any) -> None:
-        message.ack()
-        with lock:
-            seen[0] += 1
-            if seen[0] >= count:
-                done.set()
-
-    limit = PubsubSourceConfig(subscription=subscription).max_outstanding
+    size = PubsubSourceConfig(subscription=subscription).batch_size
     subscriber = pubsub_v1.SubscriberClient()
-    flow = pubsub_v1.types.FlowControl(max_messages=limit)
-    pull = subscriber.subscribe(subscription, callback=on_message, flow_control=flow)
+    seen = 0
+    deadline = time.monotonic() + 600
     try:
-        if not done.wait(600):
-            raise RuntimeError(f"the bare pull got {seen[0]} of {count} messages")
+        while seen < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the bare pull got {seen} of {count} messages")
+            answer = subscriber.pull(
+                request={"subscription": subscription, "max_messages": size}, timeout=10
+            )
+            ack_ids = [m.ack_id for m in answer.received_messages]
+            if ack_ids:
+                subscriber.acknowledge(request={"subscription": subscription, "ack_ids": ack_ids})
+                seen += len(ack_ids)
     finally:
-        pull.cancel()
         subscriber.close()
 
 

@@ -268,6 +268,7 @@ class KafkaSource:
         """Hand the held batch to the event loop's store commit (`_pending` until settled)."""
         assert self._committer is not None
         assert self._loop is not None
+        assert self._pending is None  # settled first: one store commit in flight at most
         batch, messages = self._held, self._decoded
         self._held, self._decoded = [], []
         future = asyncio.run_coroutine_threadsafe(self._committer.commit(messages), self._loop)
@@ -323,10 +324,11 @@ class KafkaSource:
         one being committed), then commit the offsets the store holds, so the member taking
         them over starts right after them and stores none of them again. Stopping, the held
         batch is not stored: its messages come again (to whoever takes them)."""
+        self._settle(consumer)  # the commit in flight first: `_submit` replaces it
         if self._held and not self._stopping.is_set():
             self._submit()
+            self._settle(consumer)
         self._held, self._decoded = [], []
-        self._settle(consumer)
         self._commit_offsets(consumer)
         revoked = {p.partition for p in partitions}
         self._uncommitted = {k: o for k, o in self._uncommitted.items() if k[1] not in revoked}
