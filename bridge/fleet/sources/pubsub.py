@@ -212,7 +212,8 @@ class PubsubSource:
             received = await self._gathered()
             ack_ids = [r.ack_id for r in received]
             try:
-                await committer.commit([_decoded(r.message) for r in received])
+                screened = self.identity is not None and self.identity.mode != "off"
+                await committer.commit([_decoded(r.message, screened) for r in received])
             except Exception:  # a bug, not bad input: keep consuming, Pub/Sub redelivers
                 log.exception("source %s: cannot commit a batch; releasing it", self.name)
                 await asyncio.to_thread(self._release, ack_ids)
@@ -249,12 +250,15 @@ class PubsubSource:
             self._held.pop(ack_id, None)
 
 
-def _decoded(message: Any) -> Decoded:
+def _decoded(message: Any, screened: bool) -> Decoded:
+    """`screened`: the identity gate checks the credential at the publish time (set by
+    Pub/Sub when it took the message); without a gate neither is read (the publish time
+    costs a conversion of the message's protobuf timestamp)."""
     attributes = message.attributes
     data = message.data
     return decode(
         data,
         lambda: message_event(data, attributes),
-        message_credential(attributes),
-        message.publish_time,  # set by Pub/Sub when it took the message
+        message_credential(attributes) if screened else None,
+        message.publish_time if screened else None,
     )
