@@ -1,5 +1,5 @@
-"""`python -m bench.fleet_ingest [--quick] [--events N] [--out FILE]`: how fast the fleet
-service ingests from a bus and into each store.
+"""`python -m bench.fleet_ingest [--quick] [--events N] [--paths ...] [--stores ...] [--out FILE]`:
+how fast the fleet service ingests from a bus and into each store.
 
 Each run stores N distinct events (one maintenance transition each, spread over up to
 10,000 instances) into a fresh store:
@@ -7,24 +7,31 @@ Each run stores N distinct events (one maintenance transition each, spread over 
 - **HTTP batch**: four concurrent clients POST batches of 100 to `/v1/events` (what the
   sidecars' webhook sink in batch mode sends);
 - **Pub/Sub**: the events are published to Google's emulator first (not timed), then the
-  fleet service's streaming pull consumes the backlog (timed from the source's start to the
+  fleet service's `pubsub` source pulls the backlog (timed from the source's start to the
   last commit);
+- **Event Hubs**: the sidecars' own Event Hubs sink sends the backlog to the test AMQP
+  server (`tests/sinks/eventhub_server.py`, 4 partitions, in this process; not timed), then
+  the fleet service's `eventhubs` source drains it;
 - **Kafka**: the same with librdkafka's mock cluster (three brokers in this process, a
   topic of 16 partitions, as the mock brokers keep only a few MB per partition): the
-  events are produced first in structured mode (not timed), then the fleet service's
-  consumer group drains the backlog.
+  events are produced first in structured mode, as the sidecars' Kafka sink writes them
+  (not timed), then the fleet service's consumer group drains the backlog.
 
 each into SQLite and into a real PostgreSQL server started from the machine's binaries
 (`fsync=off`, so it is the fleet service that is measured, not this VM's disk). The fleet
 service runs in this process; the emulator and PostgreSQL in their own. Figures are events
-per second and the process's RSS after the run. A part whose server is missing here is
-reported as skipped. Writes a Markdown table to `--out` (bench/results/fleet-ingest.md).
+per second, the CPU seconds this process spent during the run (the fleet service, and the
+Event Hubs server and the Kafka mock brokers, which live in it) and those the Pub/Sub
+emulator spent (its own process), and the process's RSS after the run. A part whose server
+is missing here is reported as skipped. Writes a Markdown table to `--out`
+(bench/results/fleet-ingest.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -35,7 +42,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import psutil
@@ -52,6 +59,11 @@ BATCH = 100
 CLIENTS = 4
 INSTANCES = 10_000
 KAFKA_PARTITIONS = 16
+EVENTHUB_PARTITIONS = 4
+
+
+PATHS: Final = ("http", "pubsub", "eventhubs", "kafka")
+STORES: Final = ("sqlite", "postgresql")
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,10 @@ class Figure:
     events: int
     seconds: float
     rss_mb: float
+    #: CPU seconds of this process during the run (None: not measured).
+    cpu_s: float | None = None
+    #: CPU seconds of the bus's server when it runs in a process of its own (the emulator).
+    server_cpu_s: float | None = None
 
     @property
     def rate(self) -> float:
@@ -81,6 +97,21 @@ def events(count: int) -> list[bytes]:
 
 def rss_mb() -> float:
     return float(psutil.Process().memory_info().rss) / 2**20
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of this process alone (not its children: the emulator,
+    PostgreSQL), or of process `pid` and its children."""
+    if pid is None:
+        times = psutil.Process().cpu_times()
+        return times.user + times.system
+    process = psutil.Process(pid)
+    total = 0.0
+    for each in [process, *process.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = each.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 @asynccontextmanager
@@ -115,7 +146,10 @@ async def http_batch(url: str, store: str, bodies: list[bytes]) -> Figure:
         return Figure("HTTP batch (4 clients x 100)", store, len(bodies), seconds, rss_mb())
 
 
-async def pubsub(url: str, store: str, bodies: list[bytes], emulator: Any) -> Figure:
+async def pubsub(url: str | None, store: str, bodies: list[bytes], emulator: Any) -> Figure:
+    """The fleet service's `pubsub` source drains the backlog into the store at `url`; None:
+    bare pulls of the same client library and batch size, each batch acknowledged at once
+    (no store, no fleet: what the emulator and the client library allow here)."""
     from tests.sinks.pubsub_emulator import Admin, unique
 
     admin = Admin(emulator)
@@ -129,30 +163,67 @@ async def pubsub(url: str, store: str, bodies: list[bytes], emulator: Any) -> Fi
                 future.result(60)
 
         await asyncio.to_thread(publish)
-        source = {"type": "pubsub", "subscription": subscription, "max_outstanding": 5000}
-        began = time.perf_counter()
+        server = emulator_pid(emulator)
+        began, cpu, server_cpu = time.perf_counter(), cpu_seconds(), cpu_seconds(server)
+        if url is None:
+            await asyncio.to_thread(bare_pull, subscription, len(bodies))
+            seconds = time.perf_counter() - began
+            spent = cpu_seconds() - cpu, cpu_seconds(server) - server_cpu
+            return Figure(
+                "Pub/Sub bare client (no store)", store, len(bodies), seconds, rss_mb(), *spent
+            )
+        source = {"type": "pubsub", "subscription": subscription}
         async with service(url, [source]) as fleet:
             await stored(fleet, len(bodies), timeout=600)
             seconds = time.perf_counter() - began
-        return Figure("Pub/Sub streaming pull", store, len(bodies), seconds, rss_mb())
+            spent = cpu_seconds() - cpu, cpu_seconds(server) - server_cpu
+        return Figure("Pub/Sub pull", store, len(bodies), seconds, rss_mb(), *spent)
     finally:
         admin.close()
 
 
-async def kafka(url: str, store: str, bodies: list[bytes], cluster: Any) -> Figure:
+def bare_pull(subscription: str, count: int) -> None:
+    """Pulls of the source's batch size, each acknowledged at once, as the source pulls."""
+    from google.cloud import pubsub_v1  # type: ignore[import-untyped]
+
+    from bridge.fleet.bus_config import PubsubSourceConfig
+
+    size = PubsubSourceConfig(subscription=subscription).batch_size
+    subscriber = pubsub_v1.SubscriberClient()
+    seen = 0
+    deadline = time.monotonic() + 600
+    try:
+        while seen < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the bare pull got {seen} of {count} messages")
+            answer = subscriber.pull(
+                request={"subscription": subscription, "max_messages": size}, timeout=10
+            )
+            ack_ids = [m.ack_id for m in answer.received_messages]
+            if ack_ids:
+                subscriber.acknowledge(request={"subscription": subscription, "ack_ids": ack_ids})
+                seen += len(ack_ids)
+    finally:
+        subscriber.close()
+
+
+async def kafka(url: str | None, store: str, bodies: list[bytes], cluster: Any) -> Figure:
+    """The fleet service's `kafka` source drains the backlog into the store at `url`; None:
+    a bare consumer of the same library and settings, committing each batch's offsets (no
+    store, no fleet)."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from bridge.transports.kafka_binding import CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE
+    from bridge.pipeline.events import parse
+    from bridge.transports.kafka_binding import to_record
 
     topic = cluster.create_topic(partitions=KAFKA_PARTITIONS)
 
     def produce() -> None:
         producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
-        headers: list[tuple[str, str | bytes | None]] = [
-            (CONTENT_TYPE_HEADER, STRUCTURED_CONTENT_TYPE.encode())
-        ]
-        for index, body in enumerate(bodies):
-            producer.produce(topic, body, str(index % INSTANCES).encode(), headers=headers)
+        for body in bodies:  # as the sidecars' Kafka sink writes them
+            record = to_record(parse(body), "structured")
+            headers: list[tuple[str, str | bytes | None]] = list(record.headers)
+            producer.produce(topic, record.value, record.key, headers=headers)
             producer.poll(0)
         assert producer.flush(60) == 0
         consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "bench"})
@@ -169,24 +240,135 @@ async def kafka(url: str, store: str, bodies: list[bytes], cluster: Any) -> Figu
         "topic": topic,
         "group_id": f"fleet-{topic}",  # a fresh group: no departed member to wait out
     }
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), cpu_seconds()
+    if url is None:
+        await asyncio.to_thread(bare_consume, source, len(bodies))
+        seconds, spent = time.perf_counter() - began, cpu_seconds() - cpu
+        return Figure(
+            "Kafka bare consumer (no store)", store, len(bodies), seconds, rss_mb(), spent
+        )
     async with service(url, [source]) as fleet:
         await stored(fleet, len(bodies), timeout=600)
-        seconds = time.perf_counter() - began
-    return Figure("Kafka consumer group", store, len(bodies), seconds, rss_mb())
+        seconds, spent = time.perf_counter() - began, cpu_seconds() - cpu
+    return Figure("Kafka consumer group", store, len(bodies), seconds, rss_mb(), spent)
+
+
+def bare_consume(source: dict[str, Any], count: int) -> None:
+    """A plain consumer with the source's settings and batch size, committing offsets."""
+    from confluent_kafka import Consumer
+
+    from bridge.fleet.kafka_config import KafkaSourceConfig
+    from bridge.infra.validation import validate
+
+    config = validate(KafkaSourceConfig, source)
+    consumer = Consumer(config.consumer_settings())
+    consumer.subscribe([source["topic"]])
+    seen = 0
+    deadline = time.monotonic() + 600
+    try:
+        while seen < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the bare consumer got {seen} of {count} messages")
+            messages = [m for m in consumer.consume(config.batch_size, 0.5) if m.error() is None]
+            if messages:
+                seen += len(messages)
+                consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+
+
+async def eventhubs(url: str | None, store: str, bodies: list[bytes]) -> Figure:
+    """A backlog sent by the sidecars' own Event Hubs sink to the test AMQP server (in this
+    process), drained by the fleet service's `eventhubs` source into the store at `url`;
+    None: by a bare `receive_batch` of the same client and settings (no store, no fleet)."""
+    from bridge.infra.validation import validate
+    from bridge.pipeline.events import parse
+    from bridge.sinkapi import Ok
+    from sinks.eventhubs import Config as SinkConfig
+    from sinks.eventhubs import create
+    from tests.sinks.eventhub_server import EventHubServer
+
+    async with EventHubServer(partitions=EVENTHUB_PARTITIONS) as hub:
+        settings = {"type": "eventhubs", "connection_string": hub.connection_string}
+        sink = create(validate(SinkConfig, settings), "eventhubs")
+        try:
+            for index in range(0, len(bodies), 500):
+                chunk = [parse(body) for body in bodies[index : index + 500]]
+                if not isinstance(await sink.publish(chunk), Ok):
+                    raise RuntimeError("the Event Hubs sink could not send the backlog")
+        finally:
+            await sink.close(5.0)
+        source = {
+            "type": "eventhubs",
+            "connection_string": hub.connection_string,
+            "consumer_group": "fleet",
+        }
+        began, cpu = time.perf_counter(), cpu_seconds()
+        if url is None:
+            await bare_receive(source, len(bodies))
+            seconds, spent = time.perf_counter() - began, cpu_seconds() - cpu
+            path = "Event Hubs bare client (no store)"
+            return Figure(path, store, len(bodies), seconds, rss_mb(), spent)
+        async with service(url, [source]) as fleet:
+            await stored(fleet, len(bodies), timeout=600)
+            seconds, spent = time.perf_counter() - began, cpu_seconds() - cpu
+    return Figure("Event Hubs (test AMQP server)", store, len(bodies), seconds, rss_mb(), spent)
+
+
+async def bare_receive(source: dict[str, Any], count: int) -> None:
+    """A plain `receive_batch` with the source's batch size and prefetch, from the start."""
+    from azure.eventhub.aio import EventHubConsumerClient
+
+    from bridge.fleet.bus_config import EventHubsSourceConfig
+    from bridge.fleet.sources.eventhubs import PREFETCH_BATCHES
+    from bridge.infra.validation import validate
+    from bridge.transports.eventhubs import open_client
+
+    config = validate(EventHubsSourceConfig, source)
+    client, _ = open_client(EventHubConsumerClient, config, consumer_group=config.consumer_group)
+    done = asyncio.Event()
+    seen = [0]
+
+    async def on_batch(_context: Any, events: list[Any]) -> None:
+        seen[0] += len(events)
+        if seen[0] >= count:
+            done.set()
+
+    receiving = asyncio.create_task(
+        client.receive_batch(
+            on_batch,
+            max_batch_size=config.batch_size,
+            prefetch=config.batch_size * PREFETCH_BATCHES,
+            starting_position="-1",
+        )
+    )
+    try:
+        await asyncio.wait_for(done.wait(), 600)
+    finally:
+        await client.close()
+        receiving.cancel()
+        await asyncio.gather(receiving, return_exceptions=True)
+
+
+def emulator_pid(emulator: Any) -> int | None:
+    """The emulator's launcher process (its Java server is a child of it)."""
+    proc = getattr(emulator, "_proc", None)
+    return proc.pid if proc is not None else None
 
 
 @asynccontextmanager
-async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Callable[[], str]]]]:
-    """(name, a new store URL each call) for SQLite and, when its binaries are here,
-    PostgreSQL."""
+async def stores(
+    tmp: Path, postgresql: bool = True
+) -> AsyncIterator[list[tuple[str, Callable[[], str]]]]:
+    """(name, a new store URL each call) for SQLite and, when its binaries are here (and
+    `postgresql`), PostgreSQL."""
     from tests.fleet.postgres_server import PostgresServer, find_bindir
 
     counter = iter(range(1_000_000))
     found: list[tuple[str, Callable[[], str]]] = [
         ("SQLite", lambda: f"sqlite://{tmp / f'fleet-{next(counter)}.sqlite3'}")
     ]
-    bindir = find_bindir()
+    bindir = find_bindir() if postgresql else None
     server: PostgresServer | None = None
     if bindir is not None:
         directory = Path(tempfile.mkdtemp(prefix="bench-postgres-"))
@@ -203,35 +385,50 @@ async def stores(tmp: Path) -> AsyncIterator[list[tuple[str, Callable[[], str]]]
             shutil.rmtree(server.directory, ignore_errors=True)
 
 
-async def run(count: int) -> tuple[list[Figure], list[str]]:
+async def run(
+    count: int, paths: tuple[str, ...] = PATHS, kinds: tuple[str, ...] = STORES, bare: bool = False
+) -> tuple[list[Figure], list[str]]:
     from tests.sinks.kafka_mock import MockCluster, library
     from tests.sinks.pubsub_emulator import Emulator, find_script
 
     figures: list[Figure] = []
     notes: list[str] = []
     bodies = events(count)
-    script = find_script()
+    script = find_script() if "pubsub" in paths else None
     emulator = Emulator(script) if script is not None else None
-    if emulator is None:
+    if emulator is None and "pubsub" in paths:
         notes.append("Pub/Sub: skipped, the emulator (Google Cloud CLI + Java) is not installed")
-    else:
+    elif emulator is not None:
         await asyncio.to_thread(emulator.start)
-    lib = library()
+    lib = library() if "kafka" in paths else None
     cluster = MockCluster(lib) if lib is not None else None
-    if cluster is None:
+    if cluster is None and "kafka" in paths:
         notes.append("Kafka: skipped, confluent-kafka (the kafka extra) is not installed")
-    else:
+    elif cluster is not None:
         cluster.start()
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         try:
-            async with stores(Path(tmp)) as available:
-                if len(available) == 1:
+            if bare:  # each bus's ceiling here: its client alone, no store, no fleet
+                if emulator is not None:
+                    with environment("PUBSUB_EMULATOR_HOST", emulator.host):
+                        figures.append(await pubsub(None, "none", bodies, emulator))
+                if "eventhubs" in paths:
+                    figures.append(await eventhubs(None, "none", bodies))
+                if cluster is not None:
+                    figures.append(await kafka(None, "none", bodies, cluster))
+            async with stores(Path(tmp), "postgresql" in kinds) as available:
+                if len(available) == 1 and "postgresql" in kinds:
                     notes.append("PostgreSQL: skipped, initdb/pg_ctl are not installed")
                 for name, new_url in available:
-                    figures.append(await http_batch(new_url(), name, bodies))
+                    if name.lower() not in kinds:
+                        continue
+                    if "http" in paths:
+                        figures.append(await http_batch(new_url(), name, bodies))
                     if emulator is not None:
                         with environment("PUBSUB_EMULATOR_HOST", emulator.host):
                             figures.append(await pubsub(new_url(), name, bodies, emulator))
+                    if "eventhubs" in paths:
+                        figures.append(await eventhubs(new_url(), name, bodies))
                     if cluster is not None:
                         figures.append(await kafka(new_url(), name, bodies, cluster))
         finally:
@@ -249,29 +446,62 @@ def render(figures: list[Figure], notes: list[str], cores: int, load: float) -> 
         f"`python -m bench.fleet_ingest` on {cores} core(s), host load {load:.1f} at the start",
         "(other programs share the host: compare runs at a similar load). Distinct events into",
         "a fresh store, the fleet service in the benchmark's process. RSS is the process after",
-        "the run (cumulative over the runs above it).",
+        "the run (cumulative over the runs above it). CPU s: this process (the fleet service,",
+        "and the Event Hubs server and Kafka's mock brokers, which run in it) during the run;",
+        "server CPU s: the Pub/Sub emulator's own process. A `bare` row (store `none`) drains",
+        "the same backlog with the bus's client library alone: the ceiling here.",
         "",
-        "| path | store | events | seconds | events/s | RSS MB |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| path | store | events | seconds | events/s | CPU s | server CPU s | RSS MB |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for f in figures:
+        cpu = "" if f.cpu_s is None else f"{f.cpu_s:.1f}"
+        server = "" if f.server_cpu_s is None else f"{f.server_cpu_s:.1f}"
         lines.append(
             f"| {f.path} | {f.store} | {f.events} | {f.seconds:.2f} | {f.rate:,.0f} | "
-            f"{f.rss_mb:.0f} |"
+            f"{cpu} | {server} | {f.rss_mb:.0f} |"
         )
     lines += [""] + [f"- {note}" for note in notes]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _choices(
+    parser: argparse.ArgumentParser, flag: str, value: str, known: tuple[str, ...]
+) -> tuple[str, ...]:
+    chosen = tuple(v.strip().lower() for v in value.split(",") if v.strip())
+    unknown = [v for v in chosen if v not in known]
+    if unknown or not chosen:
+        parser.error(f"{flag}: expected some of {', '.join(known)}, got {value!r}")
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet_ingest", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="500 events: checks it runs")
     parser.add_argument("--events", type=int, help="events per run (default 20,000)")
+    parser.add_argument(
+        "--paths",
+        default=",".join(PATHS),
+        help=f"comma-separated, of {', '.join(PATHS)} (default: all)",
+    )
+    parser.add_argument(
+        "--stores",
+        default=",".join(STORES),
+        help=f"comma-separated, of {', '.join(STORES)} (default: both)",
+    )
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="also drain each bus's backlog with its client library alone (no store, no "
+        "fleet): the ceiling the bus's server and client allow on this machine",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fleet-ingest.md")
     args = parser.parse_args(argv)
     count = args.events or (500 if args.quick else 20_000)
+    paths = _choices(parser, "--paths", args.paths, PATHS)
+    kinds = _choices(parser, "--stores", args.stores, STORES)
     load = psutil.getloadavg()[0]
-    figures, notes = asyncio.run(run(count))
+    figures, notes = asyncio.run(run(count, paths, kinds, args.bare))
     text = render(figures, notes, os.cpu_count() or 1, load)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

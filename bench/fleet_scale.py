@@ -55,8 +55,7 @@ import psutil
 from bench.dashboard import browser_loads
 from bench.drain import environment
 from bench.fleet import SECRET, ingest, latency
-from bench.fleet_ingest import Figure, kafka, pubsub, stored
-from bench.fleet_ingest import service as in_process_service
+from bench.fleet_ingest import Figure, eventhubs, kafka, pubsub
 from bench.fleet_ingest import stores as throwaway_stores
 from bench.fleet_workload import Workload
 from bench.procs import ROOT, Proc, child_env, peak_rss_mb, spawn
@@ -431,38 +430,6 @@ async def reads(url: str, workload: Workload, sizes: Scale) -> list[Reads]:
 
 
 # -- the bus sources --------------------------------------------------------------------------
-
-
-async def eventhubs(url: str, store: str, bodies: list[bytes]) -> Figure:
-    """A backlog sent by the sidecars' own Event Hubs sink to the test AMQP server (in this
-    process), drained by the fleet service's `eventhubs` source."""
-    from bridge.infra.validation import validate
-    from bridge.pipeline.events import parse
-    from bridge.sinkapi import Ok
-    from sinks.eventhubs import Config as SinkConfig
-    from sinks.eventhubs import create
-    from tests.sinks.eventhub_server import EventHubServer
-
-    async with EventHubServer(partitions=4) as hub:
-        settings = {"type": "eventhubs", "connection_string": hub.connection_string}
-        sink = create(validate(SinkConfig, settings), "eventhubs")
-        try:
-            for index in range(0, len(bodies), 500):
-                chunk = [parse(body) for body in bodies[index : index + 500]]
-                if not isinstance(await sink.publish(chunk), Ok):
-                    raise RuntimeError("the Event Hubs sink could not send the backlog")
-        finally:
-            await sink.close(5.0)
-        source = {
-            "type": "eventhubs",
-            "connection_string": hub.connection_string,
-            "consumer_group": "fleet",
-        }
-        began = time.perf_counter()
-        async with in_process_service(url, [source]) as fleet:
-            await stored(fleet, len(bodies), timeout=600)
-            seconds = time.perf_counter() - began
-    return Figure("Event Hubs (test AMQP server)", store, len(bodies), seconds, 0.0)
 
 
 async def bus_figures(

@@ -64,7 +64,7 @@ class PubsubSourceConfig(_BusSource, frozen=True, kw_only=True):
     credentials_file: Path | None = None
     #: Override the API endpoint (`host:port`).
     endpoint: str | None = None
-    #: Messages leased and not yet acknowledged, at most (the client's flow control).
+    #: Messages pulled and not yet acknowledged, at most (what the source holds).
     max_outstanding: Annotated[int, msgspec.Meta(ge=1)] = 2000
     #: Seconds each lease extension lasts (Pub/Sub's minimum is 10): what a replica that
     #: died holds comes back to the others this long after, at most.

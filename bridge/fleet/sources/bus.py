@@ -117,9 +117,16 @@ class Committer:
         """The valid events of `messages` the identity gate lets through, in their order, and
         the refused ones (not events, invalid, or refused by the gate, with the reasons).
         Each message is screened alone against the credential it carries: on a bus every
-        message is its own request (the credential check is cached, so this is one lookup)."""
+        message is its own request (the credential check is cached, so this is one lookup).
+        Without an identity gate there is nothing to screen per message: the whole batch is
+        classified at once."""
+        if self.identity is None or self.identity.mode == "off":
+            refused = [m.refused for m in messages if m.body is None and m.refused is not None]
+            valid, invalid = classify(m.body for m in messages if m.body is not None)
+            refused.extend(r for _, r in invalid)
+            return valid, refused
         accepted: list[Accepted] = []
-        refused: list[Refused] = []
+        refused = []
         for message in messages:
             if message.body is None:
                 if message.refused is not None:

@@ -3,16 +3,22 @@ the fleet store (no Blob storage account).
 
 The official async consumer (`EventHubConsumerClient.receive_batch`, no checkpoint store)
 reads all partitions of the hub. Each batch it hands over (one partition's events) is
-committed in ONE store transaction together with the checkpoint `partition -> sequence
-number of its last event`, so the store never holds events without the position they reach,
-nor a position past events it does not hold. After a restart the source reads those
-checkpoints and starts each partition just after its own (`starting_position_inclusive`
-false): no gap and no double; partitions never checkpointed start at `start` (the oldest
-retained event by default). Replicas sharing a PostgreSQL store may all read the hub: the
-store's (source, id) key turns the second copy of every event into a duplicate.
+queued, and one task commits what the partitions queued in ONE store transaction together
+with each partition's checkpoint `partition -> sequence number of its last event`, so the
+store never holds events without the position they reach, nor a position past events it
+does not hold. The SDK hands over what its buffer holds at the moment (a few dozen events
+while draining a backlog), so one transaction per hand-over made small transactions; the
+queue gathers up to `batch_size` events (waiting `batch_wait` for more), and a partition's
+callback waits for the commit only once `batch_size` events are queued (memory stays
+bounded). A reconnect or a partition closing first waits for what is queued to commit.
+After a restart the source reads those checkpoints and starts each partition just after
+its own (`starting_position_inclusive` false): no gap and no double; partitions never
+checkpointed start at `start` (the oldest retained event by default). Replicas sharing a
+PostgreSQL store may all read the hub: the store's (source, id) key turns the second copy
+of every event into a duplicate.
 
-While the store cannot commit, the batch is retried with backoff and the partition waits
-(its checkpoint does not move). Content modes of the CloudEvents AMQP binding, as the
+While the store cannot commit, the batch is retried with backoff and the partitions wait
+(their checkpoints do not move). Content modes of the CloudEvents AMQP binding, as the
 sidecars' Event Hubs sink sends them: structured (`application/cloudevents+json`, the body
 kept as received) and binary (`cloudEvents_*` application properties, rebuilt with the
 CloudEvents SDK). Anything else, or an invalid event, is refused into the rejected table and
@@ -28,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from bridge.fleet.bus_config import EventHubsSourceConfig
@@ -39,6 +46,10 @@ from bridge.transports.eventhubs import event_body, event_credential, open_clien
 log = logging.getLogger("bridge.fleet.eventhubs")
 
 _STARTS = {"earliest": "-1", "latest": "@latest"}
+#: Events each partition's link asks ahead (its credit), in batches: the SDK's default of
+#: 300 with a pause of 50 ms between its reads capped a partition near 6,000 events/s, and a
+#: batch larger than the credit could never fill.
+PREFETCH_BATCHES = 2
 
 
 class EventHubsSource:
@@ -54,6 +65,12 @@ class EventHubsSource:
         self._committer: Committer | None = None
         self._partitions: set[str] = set()
         self._error: str | None = "not started"
+        self._flusher: asyncio.Task[None] | None = None
+        #: Hand-overs waiting for the next commit, the events they hold, those committing.
+        self._queue: list[_Queued] = []
+        self._queued = 0
+        self._flushing: list[_Queued] = []
+        self._arrived = asyncio.Event()
 
     def __repr__(self) -> str:
         return f"EventHubsSource(name={self.name!r}, group={self._config.consumer_group!r})"
@@ -79,8 +96,18 @@ class EventHubsSource:
         self._committer = Committer(self.name, ingestor, self._config, self.identity)
         self._client = self._make_client(ingestor)
         self._task = asyncio.create_task(self._receive(ingestor), name=f"fleet-{self.name}")
+        self._flusher = asyncio.create_task(
+            self._flush(self._committer), name=f"fleet-{self.name}-commit"
+        )
 
     async def stop(self) -> None:
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+        for queued in self._queue + self._flushing:  # not committed: read again next time
+            queued.done.cancel()
+        self._queue, self._flushing, self._queued = [], [], 0
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -121,12 +148,14 @@ class EventHubsSource:
         from the checkpoints in the store, after `retry_max` seconds."""
         while True:
             try:
+                await self._committed()  # what an earlier client queued, before its positions
                 positions = await self._positions(ingestor)
                 self._error = None
                 log.info("source %s: starting at %s", self.name, positions)
                 await self._client.receive_batch(
                     self._on_batch,
                     max_batch_size=self._config.batch_size,
+                    prefetch=self._config.batch_size * PREFETCH_BATCHES,
                     starting_position=positions,
                     starting_position_inclusive=False,
                     on_error=self._on_error,
@@ -148,19 +177,77 @@ class EventHubsSource:
     async def _on_batch(self, context: Any, events: list[Any]) -> None:
         if not events or self._committer is None:
             return
-        decoded = [_decoded(data) for data in events]
-        last = str(events[-1].sequence_number)
-        await self._committer.commit(decoded, {context.partition_id: last})
+        queued = _Queued(
+            [_decoded(data) for data in events],
+            context.partition_id,
+            str(events[-1].sequence_number),
+            asyncio.get_running_loop().create_future(),
+        )
+        self._queue.append(queued)
+        self._queued += len(queued.messages)
+        self._arrived.set()
+        if self._queued >= self._config.batch_size:
+            await asyncio.shield(queued.done)  # back-pressure: wait for the commit
+
+    async def _flush(self, committer: Committer) -> None:
+        """Commit what the partitions queued, `batch_size` events or what came within
+        `batch_wait`, in one transaction with each partition's last position."""
+        loop = asyncio.get_running_loop()
+        config = self._config
+        while True:
+            await self._arrived.wait()
+            deadline = loop.time() + config.batch_wait
+            while self._queued < config.batch_size and (left := deadline - loop.time()) > 0:
+                self._arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), left)
+            self._arrived.clear()
+            taken, self._queue, self._queued = self._queue, [], 0
+            if not taken:
+                continue
+            self._flushing = taken
+            checkpoints = {q.partition: q.position for q in taken}  # each one's last
+            messages = [message for q in taken for message in q.messages]
+            try:
+                await committer.commit(messages, checkpoints)
+            except Exception as exc:  # not StoreError (retried): a bug; the callbacks see it
+                for q in taken:
+                    if not q.done.done():
+                        q.done.set_exception(exc)
+                continue
+            finally:
+                self._flushing = []
+            for q in taken:
+                if not q.done.done():
+                    q.done.set_result(None)
+
+    async def _committed(self) -> None:
+        """Wait until what is queued now has been committed (or failed)."""
+        waiting = [q.done for q in self._queue + self._flushing]
+        if waiting:
+            self._arrived.set()
+            await asyncio.gather(*(asyncio.shield(w) for w in waiting), return_exceptions=True)
 
     async def _on_open(self, context: Any) -> None:
         self._partitions.add(context.partition_id)
 
     async def _on_close(self, context: Any, _reason: Any) -> None:
         self._partitions.discard(context.partition_id)
+        await self._committed()  # its checkpoint in the store before another reader starts
 
     async def _on_error(self, context: Any, error: Exception) -> None:
         where = f"partition {context.partition_id}" if context is not None else "the client"
         log.warning("source %s: %s: %s: %s", self.name, where, type(error).__name__, error)
+
+
+@dataclass(slots=True)
+class _Queued:
+    """One partition's hand-over waiting for its commit."""
+
+    messages: list[Decoded]
+    partition: str
+    position: str
+    done: asyncio.Future[None]
 
 
 def _decoded(data: Any) -> Decoded:

@@ -2,19 +2,23 @@
 
 confluent-kafka's consumer is blocking, so it lives in a thread of its own that alone calls
 it (librdkafka runs rebalance callbacks inside `consume`, on that thread). The thread takes
-up to `batch_size` messages (waiting `batch_wait` for more), hands them to the event loop,
-where `bridge.fleet.sources.bus.Committer` commits them in one store transaction (retrying
-while the store fails), and waits for that; only then does it commit the offsets following
-them to the broker (`enable.auto.commit=false`). The event loop is never blocked.
+up to `batch_size` messages (waiting `batch_wait` for more), decodes them and hands them to
+the event loop, where `bridge.fleet.sources.bus.Committer` commits them in one store
+transaction (retrying while the store fails). While that commit runs, the thread consumes
+and decodes the next batch; then it waits for the commit and only then commits the offsets
+following its messages to the broker (`enable.auto.commit=false`). One store commit is in
+flight at most, and the event loop is never blocked. A structured-mode message as the
+sidecars' sink writes it (its `partitionkey` inside) is stored as it came, unconverted.
 
 Nothing is lost and nothing doubled:
 
 - A service killed between the store commit and the offset commit gets those messages
   again; the store's (source, id) key makes them duplicates, never doubles.
-- A rebalance happens inside `consume`, between batches, so the thread holds no message
-  that is not in the store; the revoke callback commits the offsets of what the store holds
-  and no broker commit confirmed yet (one that failed), so the member taking the partitions
-  over starts right after it. A consumer joining mid-stream starts at the group's offsets.
+- A rebalance happens inside `consume`: the revoke callback first stores what the thread
+  holds (the batch being gathered, the commit in flight), then commits the offsets of what
+  the store holds and no broker commit confirmed yet (one that failed), so the member taking
+  the partitions over starts right after it and stores none of it again. A consumer joining
+  mid-stream starts at the group's offsets.
 - Both modes of the CloudEvents Kafka binding are read (`bridge.transports.kafka_binding`);
   a message that is neither, or not a valid event of schema v1, goes to the rejected table
   with its reason and is committed past, so it cannot stall its partition. With `identity`
@@ -33,15 +37,25 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
 from bridge.fleet.sources.bus import Committer, Decoded, decode
-from bridge.transports.kafka_binding import record_credential, to_structured_json
+from bridge.infra.credential import ATTRIBUTE as CREDENTIAL_ATTRIBUTE
+from bridge.transports.kafka_binding import (
+    CONTENT_TYPE_HEADER,
+    PARTITION_KEY,
+    STRUCTURED_CONTENT_TYPE,
+    Headers,
+    record_credential,
+    to_structured_json,
+)
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -63,12 +77,50 @@ def decoded(message: Message) -> Decoded:
     headers = message.headers()
     kind, stamp = message.timestamp()
     taken = datetime.fromtimestamp(stamp / 1000, UTC) if kind == LOG_APPEND_TIME else None
+    credential = record_credential(headers) if headers else None
+    if _structured(headers):
+        body = _as_sent(value)  # what the sidecars' sink writes in structured mode
+        if body is not None:
+            return Decoded(body, None, credential, taken.timestamp() if taken else None)
     return decode(
         value,
         lambda: to_structured_json(headers, message.value(), message.key()),
-        record_credential(headers),
+        credential,
         taken,
     )
+
+
+_STRUCTURED: Final = STRUCTURED_CONTENT_TYPE.encode()
+
+
+def _structured(headers: Headers) -> bool:
+    """The headers of a structured-mode message as the sidecars' Kafka sink writes them:
+    the structured content type, and the instance credential if it has one."""
+    if isinstance(headers, Mapping):
+        return False  # never what a consumer gets: let the binding decide
+    for name, raw in headers or ():
+        if name == CONTENT_TYPE_HEADER:
+            if raw != _STRUCTURED:
+                return False
+        elif name != CREDENTIAL_ATTRIBUTE:
+            return False
+    return True
+
+
+def _as_sent(value: bytes) -> bytes | None:
+    """A structured-mode value that already names its `partitionkey`, kept as the sidecar
+    wrote it (the contract checks it next, as every body); None: it needs the binding's
+    conversion (no partitionkey to take from the key, not a JSON object: refused there
+    with the binding's reason). Rebuilding and re-serializing each event through the
+    CloudEvents SDK was the largest per-message cost of the source."""
+    try:
+        fields = _OBJECT.decode(value)
+    except msgspec.DecodeError:
+        return None
+    return value if fields.get(PARTITION_KEY) else None
+
+
+_OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
 
 
 def next_offsets(messages: Sequence[Message]) -> dict[tuple[str, int], int]:
@@ -92,6 +144,14 @@ class KafkaSource:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._in_flight: concurrent.futures.Future[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Consumed and decoded, not yet handed to the store (the consumer's thread only).
+        self._held: list[Message] = []
+        self._decoded: list[Decoded] = []
+        #: The store commit in flight and the offsets that follow its messages.
+        self._pending: tuple[concurrent.futures.Future[Any], dict[tuple[str, int], int]] | None = (
+            None
+        )
         #: Offsets the store holds and no broker commit confirmed yet.
         self._uncommitted: dict[tuple[str, int], int] = {}
         self._joined = False
@@ -153,21 +213,23 @@ class KafkaSource:
     # -- on the consumer's thread -----------------------------------------------------------
 
     def _run(self, consumer: Consumer, loop: asyncio.AbstractEventLoop) -> None:
+        """Consume and decode the next batch while the store commits the previous one (one
+        store commit in flight at most), then wait for that commit and commit its offsets."""
         config = self._config
+        self._loop = loop
         try:
             while not self._stopping.is_set():
-                messages = consumer.consume(config.batch_size, IDLE_POLL)
-                if not messages:
+                idle = IDLE_POLL if self._pending is None else 0
+                self._take(consumer.consume(config.batch_size, idle))
+                if self._held and len(self._held) < config.batch_size and config.batch_wait > 0:
+                    wanted = config.batch_size - len(self._held)
+                    self._take(consumer.consume(wanted, config.batch_wait))
+                had = self._pending is not None
+                self._settle(consumer)
+                if self._held:
+                    self._submit()
+                elif not had:
                     self._recheck(consumer)
-                    continue
-                batch = [m for m in messages if not self._skipped(m)]
-                if len(batch) < config.batch_size and config.batch_wait > 0:
-                    more = consumer.consume(config.batch_size - len(batch), config.batch_wait)
-                    batch.extend(m for m in more if not self._skipped(m))
-                if not batch or not self._store(batch, loop):
-                    continue
-                self._uncommitted.update(next_offsets(batch))
-                self._commit_offsets(consumer)
         except Exception:
             log.exception("source %s: the consumer stopped", self.name)
             self._failure = "the consumer stopped (see the log)"
@@ -195,21 +257,42 @@ class KafkaSource:
             log.warning("source %s: %s: %s", self.name, error.name(), error.str())
         return True
 
-    def _store(self, batch: list[Message], loop: asyncio.AbstractEventLoop) -> bool:
-        """Commit `batch` to the store on the event loop; False when the source stops first."""
+    def _take(self, messages: list[Message]) -> None:
+        """Hold the messages of `messages` (not the consumer's events), decoded."""
+        for message in messages:
+            if not self._skipped(message):
+                self._held.append(message)
+                self._decoded.append(decoded(message))
+
+    def _submit(self) -> None:
+        """Hand the held batch to the event loop's store commit (`_pending` until settled)."""
         assert self._committer is not None
-        messages = [decoded(message) for message in batch]
-        future = asyncio.run_coroutine_threadsafe(self._committer.commit(messages), loop)
+        assert self._loop is not None
+        assert self._pending is None  # settled first: one store commit in flight at most
+        batch, messages = self._held, self._decoded
+        self._held, self._decoded = [], []
+        future = asyncio.run_coroutine_threadsafe(self._committer.commit(messages), self._loop)
         self._in_flight = future
         if self._stopping.is_set():
             future.cancel()  # `stop` may have looked before this commit began
+        self._pending = (future, next_offsets(batch))
+
+    def _settle(self, consumer: Consumer) -> None:
+        """Wait for the store commit in flight, then commit the offsets it reached to the
+        broker; a commit cancelled by `stop` is not in the store, so its offsets are not
+        committed and its messages come again."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        future, offsets = pending
         try:
             future.result()
         except concurrent.futures.CancelledError:
-            return False  # stopping: not in the store, so not committed; redelivered
+            return
         finally:
             self._in_flight = None
-        return True
+        self._uncommitted.update(offsets)
+        self._commit_offsets(consumer)
 
     def _commit_offsets(self, consumer: Consumer) -> None:
         """Commit what the store holds; a failure keeps it for the next try (or the revoke):
@@ -237,7 +320,15 @@ class KafkaSource:
         log.info("source %s: assigned %s partitions %s", self.name, self.topic, self._assigned)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Before the partitions go: commit what the store holds of them."""
+        """Before the partitions go: store what this thread holds (a batch being gathered,
+        one being committed), then commit the offsets the store holds, so the member taking
+        them over starts right after them and stores none of them again. Stopping, the held
+        batch is not stored: its messages come again (to whoever takes them)."""
+        self._settle(consumer)  # the commit in flight first: `_submit` replaces it
+        if self._held and not self._stopping.is_set():
+            self._submit()
+            self._settle(consumer)
+        self._held, self._decoded = [], []
         self._commit_offsets(consumer)
         revoked = {p.partition for p in partitions}
         self._uncommitted = {k: o for k, o in self._uncommitted.items() if k[1] not in revoked}
@@ -256,6 +347,8 @@ class KafkaSource:
         """Leave the group (the revoke callback commits what is left), so the other
         members take the partitions over at once."""
         try:
+            self._settle(consumer)
+            self._held, self._decoded = [], []
             self._commit_offsets(consumer)
             consumer.close()
         except Exception as exc:
