@@ -40,6 +40,16 @@ INT_MAX: Final = 2**63 - 1
 MAX_HEARTBEAT_INTERVAL: Final = 86400.0
 
 _ANY: Final = msgspec.json.Decoder()
+#: An integer of 19 digits or more (2^63 has 19) follows a `:`, `[` or `,` (whitespace and
+#: a minus between) or starts the document: `_may_be_out_of_bounds` looks for it in the
+#: body with each digit as 0x00 and each of those as 0x01, whitespace and minus deleted
+#: (bytes that valid JSON only holds escaped), which `bytes.translate` does in C.
+_DIGITS_AND_SEPARATORS: Final = bytes.maketrans(b"0123456789:[,", b"\0" * 10 + b"\1" * 3)
+_BETWEEN: Final = b" \t\n\r-"
+_LONG_INTEGER: Final = b"\1" + b"\0" * 19
+#: What a time of year 1 or 9999 starts with in JSON (a time is a string: RFC 3339), and
+#: the escape that could spell one otherwise.
+_EDGE_YEARS: Final = (b'"0001-', b'"9999-', b"\\u")
 #: The tokens that matter to find a batch's elements: strings (skipped whole), brackets, commas.
 _TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},]', re.DOTALL)
 
@@ -55,14 +65,16 @@ def event(body: bytes) -> contract.Event:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise OutOfBounds(f"not UTF-8: byte {exc.start} is {body[exc.start]:#04x}") from None
-    try:
-        check_tree(_ANY.decode(text))
-    except RecursionError:
-        raise OutOfBounds(f"JSON nested deeper than {MAX_DEPTH} levels") from None
-    except msgspec.DecodeError:
-        pass  # not JSON: the contract says so in its own words
+    if _may_be_out_of_bounds(body):
+        try:
+            check_tree(_ANY.decode(text))
+        except RecursionError:
+            raise OutOfBounds(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+        except msgspec.DecodeError:
+            pass  # not JSON: the contract says so in its own words
     value = contract.from_cloudevent(body)
-    check_times(value)
+    if any(edge in body for edge in _EDGE_YEARS):
+        check_times(value)
     data = value.data
     if isinstance(data, contract.HeartbeatData) and data.interval_seconds > MAX_HEARTBEAT_INTERVAL:
         raise OutOfBounds(
@@ -70,6 +82,19 @@ def event(body: bytes) -> contract.Event:
             f"{MAX_HEARTBEAT_INTERVAL:g} (a day)"
         )
     return value
+
+
+def _may_be_out_of_bounds(body: bytes) -> bool:
+    """Whether `check_tree` could refuse `body`, from its bytes alone (a few scans in C,
+    where the walk is a pass over every value in Python, the most of what checking an
+    event costs): a string longer than `MAX_STRING` characters needs a body at least that
+    long, nesting deeper than `MAX_DEPTH` as many brackets, an integer past 64 bits a
+    token of 19 digits. Over-cautious (brackets and digits inside strings count too), so
+    the walk runs on anything that could fail it and the answer is always the walk's."""
+    if len(body) > MAX_STRING or body.count(b"{") + body.count(b"[") > MAX_DEPTH:
+        return True
+    tokens = b"\1" + body.translate(_DIGITS_AND_SEPARATORS, _BETWEEN)
+    return _LONG_INTEGER in tokens
 
 
 def check_tree(tree: Any) -> None:
@@ -97,7 +122,11 @@ def check_tree(tree: Any) -> None:
 
 
 def check_times(value: contract.Event) -> None:
-    """Raise `OutOfBounds` unless every time of the event is within years 1-9999 in UTC."""
+    """Raise `OutOfBounds` unless every time of the event is within years 1-9999 in UTC.
+
+    Only a time in year 1 or 9999 can leave that range once in UTC (an offset is less than
+    a day), so `event` walks the event only when its bytes hold such a year (`_EDGE_YEARS`:
+    also any `\\u` escape, which could spell one)."""
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         item, path = stack.pop()

@@ -199,12 +199,14 @@ class FleetIngest(_Table, frozen=True, kw_only=True):
 
     Events of concurrent posts share one transaction of at most `group_events` events,
     waiting at most `group_wait` seconds for company when the store is idle; at most
-    `max_queued` events wait for the store, past that a post is 503 with Retry-After.
+    `max_queued` events wait for the store, and at most `max_requests` posts are handled at
+    once: past either, a post is 503 with Retry-After.
     """
 
     group_events: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
     group_wait: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.002
     max_queued: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 20_000
+    max_requests: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
 
 
 class FleetTracing(TracingSettings, frozen=True, kw_only=True):

@@ -22,6 +22,15 @@ themselves; `max_wait` only matters when the store is idle (a lone request queue
 queue is bounded: `max_queued` events waiting at most; past it `commit` raises `Overloaded`
 at once (HTTP: 503 with Retry-After) instead of holding the request's memory -
 back-pressure during a burst, never an unbounded queue.
+
+Requests are bounded before they reach the queue too: `admit` lets at most `max_requests`
+be handled at once (read, verified, parsed, queued, answered) and raises `Overloaded` past
+that, before anything of the request is read. A burst of 50,000 VMs posting at once then
+costs the service what `max_requests` posts cost - their buffers, and the event loop's turns
+(the API's reads share that loop: behind thousands of posts each read would wait its turn
+through all of them) - and the other senders retry after `Retry-After`. A few hundred
+requests in flight keep the groups as large as the store commits anyway, so throughput
+does not suffer.
 """
 
 from __future__ import annotations
@@ -44,10 +53,11 @@ RETRY_AFTER: Final = 1
 
 
 class Overloaded(Exception):
-    """The ingest queue is full: the sender retries after `retry_after` seconds."""
+    """The ingest queue is full, or `max_requests` are being handled: the sender retries
+    after `retry_after` seconds."""
 
-    def __init__(self, queued: int, limit: int) -> None:
-        super().__init__(f"{queued} events are waiting for the store (at most {limit}); retry")
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{reason}; retry")
         self.retry_after = RETRY_AFTER
 
 
@@ -68,11 +78,15 @@ class GroupCommit:
         max_events: int = 500,
         max_wait: float = 0.002,
         max_queued: int = 20_000,
+        max_requests: int = 256,
     ) -> None:
         self.store = store
         self.max_events = max_events
         self.max_wait = max_wait
         self.max_queued = max_queued
+        self.max_requests = max_requests
+        #: Requests admitted and not answered yet (`admit`, `leave`).
+        self.handling = 0
         self._queue: deque[_Waiting] = deque()
         self.queued = 0
         self._arrived = asyncio.Event()
@@ -80,6 +94,18 @@ class GroupCommit:
         #: Transactions committed and batches they held (metrics, tests).
         self.transactions = 0
         self.batches = 0
+
+    def admit(self) -> None:
+        """Count one more request being handled; `Overloaded` when `max_requests` are. Each
+        admitted request calls `leave` once answered."""
+        if self.handling >= self.max_requests:
+            raise Overloaded(
+                f"{self.handling} ingest requests are being handled (at most {self.max_requests})"
+            )
+        self.handling += 1
+
+    def leave(self) -> None:
+        self.handling -= 1
 
     @staticmethod
     def _size(batch: Batch) -> int:
@@ -90,7 +116,9 @@ class GroupCommit:
         it failed, `Overloaded` at once when the queue is full."""
         size = self._size(batch)
         if self.queued + size > self.max_queued and self.queued > 0:
-            raise Overloaded(self.queued, self.max_queued)
+            raise Overloaded(
+                f"{self.queued} events are waiting for the store (at most {self.max_queued})"
+            )
         waiting = _Waiting(batch, size, asyncio.get_running_loop().create_future())
         self._queue.append(waiting)
         self.queued += size

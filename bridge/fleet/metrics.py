@@ -129,7 +129,8 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[_Source]) -
     out.add(
         "fleet_ingest_overloaded_total",
         "counter",
-        "Posts answered 503 with Retry-After because the ingest queue was full.",
+        "Posts answered 503 with Retry-After: the ingest queue was full, or max_requests were "
+        "being handled.",
         (({"source": source}, stats.overloaded[source]) for source in names),
     )
     if stats.identity or stats.enrollments:

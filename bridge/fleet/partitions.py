@@ -192,11 +192,10 @@ def prune_keys(db: Any, heartbeat: bool, cutoff: float, limit: int) -> int:
     return int(cursor.rowcount)
 
 
-def insert_events(
-    db: Any, received_at: float, ingest: str, rows: Iterable[Sequence[Any]]
-) -> set[tuple[str, str]]:
-    """Append the events `rows` (source, id, type, instance, notice_id, time, body) that
-    `event_keys` did not hold yet, in their order; the (source, id) of those that were new."""
+def insert_events(db: Any, rows: Iterable[Sequence[Any]]) -> set[tuple[str, str]]:
+    """Append the events `rows` (source, id, type, instance, notice_id, time, received_at,
+    ingest, body) that `event_keys` did not hold yet, in their order; the (source, id) of
+    those that were new."""
     unique: dict[tuple[str, str], Sequence[Any]] = {}
     for row in rows:
         unique.setdefault((row[0], row[1]), row)
@@ -205,14 +204,14 @@ def insert_events(
     values = list(unique.values())
     new = db.execute(
         "INSERT INTO event_keys (source, id, received_at, heartbeat) "
-        "SELECT s, i, ?, t = ? FROM unnest(?::text[], ?::text[], ?::text[]) AS k(s, i, t) "
-        "ON CONFLICT (source, id) DO NOTHING RETURNING source, id",
+        "SELECT s, i, r, t = ? FROM unnest(?::text[], ?::text[], ?::text[], ?::float8[]) "
+        "AS k(s, i, t, r) ON CONFLICT (source, id) DO NOTHING RETURNING source, id",
         (
-            received_at,
             _HEARTBEAT,
             [v[0] for v in values],
             [v[1] for v in values],
             [v[2] for v in values],
+            [v[6] for v in values],
         ),
     ).fetchall()
     inserted = {(str(s), str(i)) for s, i in new}
@@ -221,9 +220,9 @@ def insert_events(
         columns = list(zip(*fresh, strict=True))
         db.execute(
             f"INSERT INTO events ({EVENT_COLUMNS}) "  # noqa: S608 (constants)
-            "SELECT s, i, t, n, nid, tm, ?, ?, b FROM unnest(?::text[], ?::text[], ?::text[], "
-            "?::text[], ?::text[], ?::float8[], ?::text[]) WITH ORDINALITY "
-            "AS e(s, i, t, n, nid, tm, b, o) ORDER BY o",
-            (received_at, ingest, *[list(c) for c in columns]),
+            "SELECT s, i, t, n, nid, tm, r, g, b FROM unnest(?::text[], ?::text[], ?::text[], "
+            "?::text[], ?::text[], ?::float8[], ?::float8[], ?::text[], ?::text[]) "
+            "WITH ORDINALITY AS e(s, i, t, n, nid, tm, r, g, b, o) ORDER BY o",
+            [list(c) for c in columns],
         )
     return inserted

@@ -47,13 +47,12 @@ from psycopg_pool import ConnectionPool
 from bridge.fleet import migrations, partitions, sql
 from bridge.fleet.reads import ReadQueries
 from bridge.fleet.store import (
-    Accepted,
     Batch,
     IngestResult,
     StoreError,
     UnstorableError,
 )
-from bridge.fleet.writes import apply, event_row
+from bridge.fleet.writes import EventRow, InstanceRow, apply_many
 
 T = TypeVar("T")
 log = logging.getLogger("bridge.fleet.store")
@@ -95,7 +94,13 @@ class _Qmark:
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         statement = statement.replace(" LIKE ", " ILIKE ")
-        return self.connection.execute(sql.to_pyformat(statement), _text_safe(params))
+        values = _text_safe(params)
+        if any(isinstance(value, list) for value in values):
+            # Arrays (the multi-row writes) go in binary: psycopg's text format escapes each
+            # element with a regular expression in Python, most of a batch's cost.
+            binary = statement.replace("%", "%%").replace("?", "%b")
+            return self.connection.execute(binary, values)
+        return self.connection.execute(sql.to_pyformat(statement), values)
 
     def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
         values = [_text_safe(row) for row in rows]
@@ -229,7 +234,7 @@ class PostgresStore(ReadQueries):
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):
                 try:
                     with db.connection.transaction():
-                        return [apply(db, batch, _insert_events) for batch in batches]
+                        return apply_many(db, batches, WRITER)
                 except (pgerrors.DeadlockDetected, pgerrors.SerializationFailure):
                     if attempt == CONFLICT_ATTEMPTS:
                         raise
@@ -245,10 +250,50 @@ class PostgresStore(ReadQueries):
         return await self._run(self._writer, "write", write)
 
 
-def _insert_events(db: _Qmark, batch: Batch, items: list[Accepted]) -> set[tuple[str, str]]:
-    """The partitioned audit log's writer (`bridge.fleet.partitions.insert_events`)."""
-    rows = [event_row(item) for item in items]
-    return partitions.insert_events(db, batch.received_at, batch.ingest, rows)
+def _columns(rows: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """`rows` as one list per column, text made safe for PostgreSQL (`_Qmark`)."""
+    return [list(column) for column in zip(*(_text_safe(row) for row in rows), strict=True)]
+
+
+class _Writer:
+    """Each table's rows of a transaction in ONE statement over arrays (`unnest`): a group
+    of hundreds of posts is a handful of statements, each prepared once per connection,
+    rather than a round of executions per row (`bridge.fleet.writes`)."""
+
+    def insert_events(self, db: _Qmark, rows: list[EventRow]) -> set[tuple[str, str]]:
+        return partitions.insert_events(db, [_text_safe(row) for row in rows])
+
+    def upsert_instances(self, db: _Qmark, rows: list[InstanceRow]) -> None:
+        db.execute(_UPSERT_INSTANCES, _columns(rows))
+
+    def update_heartbeats(self, db: _Qmark, rows: list[tuple[Any, ...]]) -> None:
+        # One row per instance (`apply_many`): an UPDATE ... FROM would take any one of two.
+        db.execute(_UPDATE_HEARTBEATS, _columns(rows))
+
+    def upsert_notices(self, db: _Qmark, rows: list[tuple[Any, ...]]) -> None:
+        # One row per notice (`apply_many`): ON CONFLICT cannot change a row twice.
+        db.execute(_UPSERT_NOTICES, _columns(rows))
+
+
+WRITER: Final = _Writer()
+_UPSERT_INSTANCES: Final = (
+    f"INSERT INTO instances ({sql.INSTANCE_COLUMNS}) SELECT * FROM unnest("  # noqa: S608
+    + "?::text[], " * 11
+    + f"?::float8[], ?::float8[], ?::int[]) {sql.INSTANCE_CONFLICT}"
+)
+_UPDATE_HEARTBEATS: Final = (
+    "UPDATE instances SET last_heartbeat = h.t, heartbeat_interval = h.i, "
+    "agent_version = h.v, watcher_healthy = h.w, spool_depth = h.d, started_at = h.s "
+    "FROM unnest(?::float8[], ?::float8[], ?::text[], ?::int[], ?::bigint[], ?::float8[], "
+    "?::text[], ?::float8[]) AS h(t, i, v, w, d, s, src, guard) "
+    "WHERE instances.source = h.src "
+    "AND (instances.last_heartbeat IS NULL OR instances.last_heartbeat <= h.guard)"
+)
+_UPSERT_NOTICES: Final = (
+    f"INSERT INTO notices ({sql.NOTICE_COLUMNS}) SELECT * FROM unnest("  # noqa: S608
+    + "?::text[], " * 7
+    + f"?::int[], ?::float8[], ?::float8[], ?::text[], ?::text[]) {sql.NOTICE_CONFLICT}"
+)
 
 
 def _reason(exc: psycopg.Error) -> str:

@@ -96,6 +96,7 @@ class FleetService:
             max_events=grouping.group_events,
             max_wait=grouping.group_wait,
             max_queued=grouping.max_queued,
+            max_requests=grouping.max_requests,
         )
         self.ingestor = Ingestor(self.store, self.stats, group=self.group)
         #: Retention's passes (None for a store that cannot prune, e.g. a test's stand-in).

@@ -118,10 +118,13 @@ INSERT_EVENT: Final = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (source, id) DO NOTHING"
 )
 
-UPSERT_INSTANCE: Final = (
-    "INSERT INTO instances (source, provider, name, instance_id, zone, location, project, "
-    "subscription, resource_group, scale_set, resource_id, first_seen, last_seen, attested) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+INSTANCE_COLUMNS: Final = (
+    "source, provider, name, instance_id, zone, location, project, subscription, "
+    "resource_group, scale_set, resource_id, first_seen, last_seen, attested"
+)
+#: What an instance upsert does with a row already there (the multi-row form of
+#: `bridge.fleet.postgres_store` shares it).
+INSTANCE_CONFLICT: Final = (
     "ON CONFLICT (source) DO UPDATE SET attested = excluded.attested, "
     "provider = excluded.provider, name = excluded.name, instance_id = excluded.instance_id, "
     "zone = excluded.zone, location = excluded.location, project = excluded.project, "
@@ -135,6 +138,10 @@ UPSERT_INSTANCE: Final = (
     "retired_at = CASE WHEN excluded.last_seen > instances.last_seen "
     "THEN NULL ELSE instances.retired_at END"
 )
+UPSERT_INSTANCE: Final = (
+    f"INSERT INTO instances ({INSTANCE_COLUMNS}) "  # noqa: S608 (constants)
+    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) {INSTANCE_CONFLICT}"
+)
 
 #: A later heartbeat only: one delivered late never makes a dead sidecar look alive.
 UPDATE_HEARTBEAT: Final = (
@@ -143,10 +150,12 @@ UPDATE_HEARTBEAT: Final = (
     "WHERE source = ? AND (last_heartbeat IS NULL OR last_heartbeat <= ?)"
 )
 
+NOTICE_COLUMNS: Final = (
+    "source, notice_id, provider, instance, zone, kind, status, rank, time, not_before, "
+    "event_id, body"
+)
 #: The forward-only rule of `bridge.fleet.state.newer`, as a conditional upsert.
-UPSERT_NOTICE: Final = (
-    "INSERT INTO notices (source, notice_id, provider, instance, zone, kind, status, rank, "
-    "time, not_before, event_id, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+NOTICE_CONFLICT: Final = (
     "ON CONFLICT (source, notice_id) DO UPDATE SET "
     "provider = excluded.provider, instance = excluded.instance, zone = excluded.zone, "
     "kind = excluded.kind, status = excluded.status, rank = excluded.rank, "
@@ -154,6 +163,10 @@ UPSERT_NOTICE: Final = (
     "body = excluded.body "
     "WHERE notices.rank < 2 AND (excluded.rank > notices.rank "
     "OR (excluded.rank = notices.rank AND excluded.time >= notices.time))"
+)
+UPSERT_NOTICE: Final = (
+    f"INSERT INTO notices ({NOTICE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "  # noqa: S608
+    f"{NOTICE_CONFLICT}"
 )
 
 INSERT_REJECTED: Final = (

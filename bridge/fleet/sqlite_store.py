@@ -25,7 +25,7 @@ import tenacity
 from bridge.fleet import migrations, sql
 from bridge.fleet.reads import ReadQueries
 from bridge.fleet.store import Batch, IngestResult, StoreError, UnstorableError
-from bridge.fleet.writes import apply
+from bridge.fleet.writes import apply_many
 
 T = TypeVar("T")
 
@@ -168,7 +168,7 @@ class SqliteStore(ReadQueries):
     async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
         def write(db: sqlite3.Connection) -> list[IngestResult]:
             db.execute("BEGIN IMMEDIATE")
-            results = [apply(db, batch) for batch in batches]
+            results = apply_many(db, batches)
             db.execute("COMMIT")
             return results
 

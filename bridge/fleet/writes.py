@@ -1,23 +1,46 @@
-"""The write side of both fleet stores: one batch into the tables, in the caller's
-transaction, in the SQL that SQLite and PostgreSQL both speak (`bridge.fleet.sql`).
+"""The write side of both fleet stores: batches into the tables, in the caller's transaction,
+in the SQL that SQLite and PostgreSQL both speak (`bridge.fleet.sql`).
 
-`apply` runs over any DB-API connection whose `execute(sql, params)` takes `?`
+`apply_many` runs over any DB-API connection whose `execute(sql, params)` takes `?`
 placeholders and returns a cursor with `rowcount`, plus `executemany(sql, rows)`:
 `bridge.fleet.sqlite_store` passes its sqlite3 connection, `bridge.fleet.postgres_store` an
-adapter that rewrites the placeholders (and its own audit-log writer, `EventWriter`, since
-its log is partitioned with a de-duplication table of its own). The rules kept here are
-`bridge.fleet.store`'s: only events new to the audit log change the state, each once.
+adapter that rewrites the placeholders, with a `Writer` of its own (its audit log is
+partitioned with a de-duplication table, and it writes each table in one multi-row
+statement). The rules kept here are `bridge.fleet.store`'s: only events new to the audit log
+change the state, each once.
+
+Group commit (`bridge.fleet.group_commit`) hands over hundreds of one-event batches at once,
+so the batches of a transaction are written together, set-based, not one after the other:
+each table gets one statement (or one `executemany`) per transaction, however many requests
+it holds. The outcome is what applying the batches one by one, in order, gives:
+
+- an event twice in the transaction (two requests carrying it) is new once, at its first
+  occurrence, and a duplicate at the others;
+- one instance row per VM: the earliest and latest event time, the attestation of its last
+  event in order, and the identity of the latest event of its last batch (what an upsert
+  per batch leaves);
+- one heartbeat per VM, its latest (a later one wins a tie, as the conditional UPDATE's
+  `<=` makes it when applied in order);
+- one notice row per notice: the transitions folded in order by the forward-only rule
+  (`bridge.fleet.state.newer`) give the one a sequence of conditional upserts would leave,
+  whatever the stored row was: the rule keeps the greater (rank, time), and a finished
+  notice, the first reached, never changes again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from bridge import contract
 from bridge.fleet import bounds, sql, tallies
-from bridge.fleet.state import RANK, zone_of
+from bridge.fleet.state import RANK, newer, zone_of
 from bridge.fleet.store import Accepted, Batch, IngestResult
+
+#: One audit-log row: source, id, type, instance, notice_id, time, received_at, ingest, body.
+EventRow = tuple[str, str, str, str, str | None, float, float, str, str]
+#: The instance row of `sql.UPSERT_INSTANCE` (the attestation last).
+InstanceRow = tuple[Any, ...]
 
 
 def _epoch(value: Any) -> float:
@@ -31,46 +54,103 @@ def _notice_id(event: contract.Event) -> str | None:
     return None
 
 
-#: How `apply` appends a batch's events to the audit log: (db, batch, items) -> the
-#: (source, id) of those that were new (PostgreSQL's partitioned log has its own).
-EventWriter = Callable[[Any, Batch, list[Accepted]], set[tuple[str, str]]]
-
-
 def _flag(value: bool | None) -> int | None:
     return None if value is None else int(value)
 
 
-def apply(db: Any, batch: Batch, insert_events: EventWriter | None = None) -> IngestResult:
-    """Write `batch` with `db` inside the caller's transaction (any DB-API connection whose
-    placeholders are `?`). Returns what was new, known, refused.
+class Writer(Protocol):
+    """How a dialect writes each table's rows of a transaction (in `db`'s transaction)."""
 
-    Only the events the audit log did not have yet change the state, each once: one
-    instance upsert per VM of the batch, then the heartbeats and notices in batch order (the
-    notice upsert's forward-only rule makes that order irrelevant anyway).
-    """
-    items = list(batch.accepted)
-    inserted = (insert_events or _insert_events)(db, batch, items)
-    applied: set[tuple[str, str]] = set()
-    lags: list[float] = []
+    def insert_events(self, db: Any, rows: list[EventRow]) -> set[tuple[str, str]]:
+        """Append the events of `rows` (unique by source and id, in order) the audit log does
+        not hold yet; the (source, id) of those that were new."""
+
+    def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None: ...
+
+    def update_heartbeats(self, db: Any, rows: list[tuple[Any, ...]]) -> None: ...
+
+    def upsert_notices(self, db: Any, rows: list[tuple[Any, ...]]) -> None: ...
+
+
+class RowWriter:
+    """The shared statements, one execution per row (SQLite: each is a few microseconds in
+    the engine, and a multi-row statement measured no faster)."""
+
+    def insert_events(self, db: Any, rows: list[EventRow]) -> set[tuple[str, str]]:
+        inserted: set[tuple[str, str]] = set()
+        for row in rows:
+            if db.execute(sql.INSERT_EVENT, row).rowcount == 1:
+                inserted.add((row[0], row[1]))
+        return inserted
+
+    def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None:
+        db.executemany(sql.UPSERT_INSTANCE, rows)
+
+    def update_heartbeats(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
+        db.executemany(sql.UPDATE_HEARTBEAT, rows)
+
+    def upsert_notices(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
+        db.executemany(sql.UPSERT_NOTICE, rows)
+
+
+ROWS = RowWriter()
+
+
+def apply(db: Any, batch: Batch, writer: Writer = ROWS) -> IngestResult:
+    """Write `batch` with `db` inside the caller's transaction; what was new, known, refused."""
+    (result,) = apply_many(db, [batch], writer)
+    return result
+
+
+def apply_many(db: Any, batches: Sequence[Batch], writer: Writer = ROWS) -> list[IngestResult]:
+    """Write `batches` with `db` inside the caller's transaction, each table once (see the
+    module docstring); per batch, what was new, known, refused."""
+    events: list[EventRow] = []
+    first: dict[tuple[str, str], int] = {}  # (source, id) -> its first position
+    placed: list[tuple[int, Accepted]] = []  # (batch index, item) in order
+    for index, batch in enumerate(batches):
+        for item in batch.accepted:
+            event = item.event
+            key = (event.source, event.id)
+            if key not in first:
+                first[key] = len(placed)
+                events.append(
+                    (
+                        event.source,
+                        event.id,
+                        event.type,
+                        event.instance.name,
+                        _notice_id(event),
+                        _epoch(event.time),
+                        batch.received_at,
+                        batch.ingest,
+                        item.body.decode(),
+                    )
+                )
+            placed.append((index, item))
+    inserted = writer.insert_events(db, events) if events else set()
+    new = [0] * len(batches)
+    lags: list[list[float]] = [[] for _ in batches]
     instances: dict[str, list[Any]] = {}
-    heartbeats: list[tuple[Any, ...]] = []
-    notices: list[tuple[Any, ...]] = []
-    attested: dict[str, bool | None] = {}
-    for item in items:
+    heartbeats: dict[str, tuple[Any, ...]] = {}
+    notices: dict[tuple[str, str], tuple[Any, ...]] = {}
+    for position, (index, item) in enumerate(placed):
         event = item.event
         key = (event.source, event.id)
-        if key not in inserted or key in applied:
+        if key not in inserted or first[key] != position:
             continue
-        applied.add(key)
+        batch = batches[index]
+        new[index] += 1
         time = _epoch(event.time)
-        lags.append(batch.received_at - time)
+        lags[index].append(batch.received_at - time)
         seen = bounds.liveness_time(time, batch.received_at)
-        _merge_instance(instances, event, seen)
-        attested[event.source] = batch.attested if item.attested is None else item.attested
+        attested = batch.attested if item.attested is None else item.attested
+        _merge_instance(instances, event, seen, _flag(attested), index)
         data = event.data
         if isinstance(data, contract.HeartbeatData):
-            heartbeats.append(
-                (
+            latest = heartbeats.get(event.source)
+            if latest is None or seen >= latest[0]:
+                heartbeats[event.source] = (
                     seen,
                     data.interval_seconds,
                     data.agent_version,
@@ -80,80 +160,64 @@ def apply(db: Any, batch: Batch, insert_events: EventWriter | None = None) -> In
                     event.source,
                     seen,
                 )
-            )
         elif isinstance(data, contract.MaintenanceData):
-            notices.append(
-                (
-                    event.source,
-                    data.notice_id,
-                    data.provider,
-                    event.instance.name,
-                    zone_of(event.instance.zone, event.instance.location),
-                    data.kind,
-                    data.status,
-                    RANK[data.status],
-                    time,
-                    _epoch(data.not_before) if data.not_before else None,
-                    event.id,
-                    item.body.decode(),
-                )
+            notice = (
+                event.source,
+                data.notice_id,
+                data.provider,
+                event.instance.name,
+                zone_of(event.instance.zone, event.instance.location),
+                data.kind,
+                data.status,
+                RANK[data.status],
+                time,
+                _epoch(data.not_before) if data.not_before else None,
+                event.id,
+                item.body.decode(),
             )
-    db.executemany(
-        sql.UPSERT_INSTANCE,
-        [(*row, _flag(attested[source])) for source, row in instances.items()],
-    )
-    db.executemany(sql.UPDATE_HEARTBEAT, heartbeats)
-    db.executemany(sql.UPSERT_NOTICE, notices)
-    db.executemany(
-        sql.INSERT_REJECTED,
-        [
-            (batch.ingest, batch.received_at, r.reason, r.body.decode("utf-8", "replace"))
-            for r in batch.refused
-        ],
-    )
-    db.executemany(
-        sql.UPSERT_CHECKPOINT,
-        [(batch.ingest, part, pos, batch.received_at) for part, pos in batch.checkpoints.items()],
-    )
-    tallies.bump(db, len(applied), len(batch.refused))
-    return IngestResult(len(applied), len(items) - len(applied), len(batch.refused), tuple(lags))
-
-
-def _insert_events(db: Any, batch: Batch, items: list[Accepted]) -> set[tuple[str, str]]:
-    """Append `items` to the audit log; the (source, id) of those that were new.
-
-    One statement per event: measured faster in SQLite than a multi-row INSERT ... RETURNING.
-    """
-    inserted: set[tuple[str, str]] = set()
-    for item in items:
-        source, id_, type_, instance, notice, time, body = event_row(item)
-        cursor = db.execute(
-            sql.INSERT_EVENT,
-            (source, id_, type_, instance, notice, time, batch.received_at, batch.ingest, body),
+            held = notices.get((event.source, data.notice_id))
+            if held is None or newer(held[6], held[8], data.status, time):
+                notices[(event.source, data.notice_id)] = notice
+    if instances:
+        writer.upsert_instances(db, [tuple(row[:14]) for row in instances.values()])
+    if heartbeats:
+        writer.update_heartbeats(db, list(heartbeats.values()))
+    if notices:
+        writer.upsert_notices(db, list(notices.values()))
+    rejected = [
+        (batch.ingest, batch.received_at, r.reason, r.body.decode("utf-8", "replace"))
+        for batch in batches
+        for r in batch.refused
+    ]
+    if rejected:
+        db.executemany(sql.INSERT_REJECTED, rejected)
+    checkpoints = [
+        (batch.ingest, part, pos, batch.received_at)
+        for batch in batches
+        for part, pos in batch.checkpoints.items()
+    ]
+    if checkpoints:
+        db.executemany(sql.UPSERT_CHECKPOINT, checkpoints)
+    tallies.bump(db, sum(new), len(rejected))
+    results = []
+    for index, batch in enumerate(batches):
+        count = len(batch.accepted)
+        results.append(
+            IngestResult(new[index], count - new[index], len(batch.refused), tuple(lags[index]))
         )
-        if cursor.rowcount == 1:
-            inserted.add((source, id_))
-    return inserted
+    return results
 
 
-def event_row(item: Accepted) -> tuple[str, str, str, str, str | None, float, str]:
-    """The audit log's columns of one event: source, id, type, instance, notice_id, time,
-    body (the receive time and the ingest are the batch's)."""
-    event = item.event
-    return (
-        event.source,
-        event.id,
-        event.type,
-        event.instance.name,
-        _notice_id(event),
-        _epoch(event.time),
-        item.body.decode(),
-    )
-
-
-def _merge_instance(instances: dict[str, list[Any]], event: contract.Event, time: float) -> None:
-    """One instance row per source and batch: the earliest and latest event time, the
-    identity of the latest event."""
+def _merge_instance(
+    instances: dict[str, list[Any]],
+    event: contract.Event,
+    time: float,
+    attested: int | None,
+    batch: int,
+) -> None:
+    """One instance row per source: the earliest and latest event time, the attestation of
+    its last event in order, and the identity an upsert per batch would leave: that of the
+    latest event of the last batch holding one (the upsert takes each batch's as it comes)."""
     instance = event.instance
     row = instances.get(event.source)
     identity = [
@@ -169,10 +233,10 @@ def _merge_instance(instances: dict[str, list[Any]], event: contract.Event, time
         instance.scale_set,
         instance.resource_id,
     ]
-    if row is None:
-        instances[event.source] = [*identity, time, time]
+    if row is None:  # the upsert's columns, then the batch and its latest time so far
+        instances[event.source] = [*identity, time, time, attested, batch, time]
         return
-    first, last = row[11], row[12]
-    if time >= last:
+    if batch != row[14] or time >= row[15]:
         row[:11] = identity
-    row[11], row[12] = min(first, time), max(last, time)
+        row[14], row[15] = batch, time if batch != row[14] else max(row[15], time)
+    row[11], row[12], row[13] = min(row[11], time), max(row[12], time), attested

@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bridge.fleet import connections
+from bridge import contract
+from bridge.fleet import bounds, connections
 from bridge.infra import platform
 from bridge.infra.platform import limits
 from bridge.pipeline.model import Status
@@ -145,6 +146,39 @@ async def test_out_of_bounds_events_are_refused_by_index_and_the_rest_of_the_bat
         }
         names = [i["name"] for i in (await http.get("/v1/fleet/instances")).json()["instances"]]
         assert names == ["db-1", "web-1"]
+
+
+def _respelled(body: bytes) -> list[bytes]:
+    """`body` as a sender may write it: as is, compact, and with every time's first digit and
+    every long integer's sign spelled otherwise (an escape, spaces)."""
+    compact = json.dumps(json.loads(body), separators=(",", ":")).encode()
+    escaped = body.replace(b'"9999-', b'"\\u0039999-').replace(b'"0001-', b'"\\u0030001-')
+    return [body, compact, escaped, body.replace(b": 9", b":\n  9")]
+
+
+@pytest.mark.parametrize("name", sorted(poison(datetime.now(UTC))))
+def test_the_bounds_refuse_an_event_however_it_is_spelled(name: str) -> None:
+    """`bounds.event` walks an event's values only when its bytes could hold what the walk
+    refuses (a scan in C, the walk in Python): whatever the spelling, a poison is refused."""
+    for body in _respelled(poison(datetime.now(UTC))[name]) if name != "not UTF-8" else []:
+        with pytest.raises(contract.ContractError):
+            bounds.event(body)
+
+
+def test_a_negative_integer_past_64_bits_is_refused_written_compactly() -> None:
+    event = json.loads(poison(datetime.now(UTC))["nested 100 deep"])
+    event["data"]["raw"] = [-(2**63) - 1]
+    with pytest.raises(bounds.OutOfBounds, match="outside signed 64 bits"):
+        bounds.event(json.dumps(event, separators=(",", ":")).encode())
+
+
+def test_the_fast_path_takes_long_digit_strings_and_edge_years_in_text() -> None:
+    """What only looks like a bound (a 19-digit id, a year 9999 in a description) is valid."""
+    event = json.loads(heartbeat(gce_vm("web-1"), datetime.now(UTC)))
+    event["data"]["instance"]["id"] = "92233720368547758080"
+    event["data"]["note"] = '"9999-12-31 is far, [1,[2,[3]]] is not deep'
+    for body in _respelled(json.dumps(event).encode()):
+        assert bounds.event(body).data.instance.id == "92233720368547758080"
 
 
 @pytest.mark.parametrize(

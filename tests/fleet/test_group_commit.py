@@ -159,6 +159,34 @@ async def test_a_full_ingest_queue_is_503_with_retry_after_and_never_grows(
         assert (await service.store.counts())["events"] == 6
 
 
+async def test_posts_past_max_requests_are_503_with_retry_after_before_they_are_read(
+    serve: Callable[..., Any],
+) -> None:
+    """At most `max_requests` posts are handled at once, whatever the queue holds: in a burst
+    the others are answered 503 at once (their bodies not parsed, not queued) and retry."""
+    async with serve(max_requests=3, group_wait=0) as (service, gated), httpx.AsyncClient() as http:
+        gated.gate.clear()
+        url = f"{service.url}/v1/events"
+        held = [
+            asyncio.create_task(http.post(url, content=body, headers=STRUCTURED))
+            for body in posts(3)
+        ]
+        await eventually(lambda: service.group.handling == 3)
+        refused = await http.post(url, content=posts(1, "late")[0], headers=STRUCTURED)
+        assert refused.status_code == 503
+        assert refused.headers["Retry-After"] == "1"
+        assert "3 ingest requests are being handled (at most 3); retry" in refused.json()["error"]
+        assert service.group.queued == 3  # the refused post was not queued
+        metrics = (await http.get(f"{service.url}/metrics")).text
+        assert 'fleet_ingest_overloaded_total{source="http"} 1' in metrics
+        gated.gate.set()
+        assert [a.status_code for a in await asyncio.gather(*held)] == [200] * 3
+        assert service.group.handling == 0
+        retried = await http.post(url, content=posts(1, "late")[0], headers=STRUCTURED)
+        assert retried.status_code == 200
+        assert (await service.store.counts())["events"] == 4
+
+
 async def test_a_batch_larger_than_a_group_is_committed_alone(
     serve: Callable[..., Any],
 ) -> None:

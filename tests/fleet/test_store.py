@@ -45,6 +45,17 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], S
 
 
 @pytest.fixture
+def make_two(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], tuple[Store, Store]]:
+    """Two stores on two databases of the kind `make_store` is (the test asks for both)."""
+    if request.node.callspec.params["make_store"] == "sqlite":
+        urls = [f"sqlite://{tmp_path / f'fleet-{n}.sqlite3'}" for n in range(2)]
+    else:
+        server = request.getfixturevalue("postgres_server")
+        urls = [server.create_database() for _ in range(2)]
+    return lambda: (build_store(urls[0]), build_store(urls[1]))
+
+
+@pytest.fixture
 async def store(make_store: Callable[[], Store]) -> AsyncIterator[Store]:
     store = make_store()
     await store.open()
@@ -215,3 +226,55 @@ async def test_the_state_survives_a_reopen(make_store: Callable[[], Store]) -> N
         await again.ping()
     finally:
         await again.close()
+
+
+async def test_a_group_of_batches_leaves_what_the_batches_one_by_one_leave(
+    make_store: Callable[[], Store], make_two: Callable[[], tuple[Store, Store]]
+) -> None:
+    """Group commit writes the batches of a transaction together, each table once
+    (`bridge.fleet.writes.apply_many`): each batch's counts and the state are what the same
+    batches give one after the other - an event in two batches (new once, at its first),
+    a notice's transitions out of order, heartbeats out of order, a VM moved to another zone,
+    refused input and checkpoints."""
+    other = azure_vm("db-2")
+    moved = azure_vm("db-1", scale_set="db-set", zone="2")
+    scheduled = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
+    started = transition(AZ, "ev-1", Status.STARTED, at(15))
+    completed = transition(AZ, "ev-1", Status.COMPLETED, at(20))
+    cancelled = transition(AZ, "ev-1", Status.CANCELLED, at(25))
+    revised = transition(AZ, "ev-2", Status.SCHEDULED, at(8), not_before=at(40))
+    later = transition(AZ, "ev-2", Status.SCHEDULED, at(1), not_before=at(30))  # its id
+    groups = [
+        batch(started, heartbeat(AZ, at(5), sequence=2), revised),
+        batch(scheduled, heartbeat(AZ, at(3), sequence=1), later, ingest="pubsub"),
+        batch(started, completed, heartbeat(other, at(4)), heartbeat(moved, at(30), sequence=4)),
+        batch(cancelled, heartbeat(AZ, at(5), sequence=3)),
+        Batch(
+            ingest="pubsub",
+            received_at=at(70).timestamp(),
+            refused=[Refused(b"{}", "not an event")],
+            checkpoints={"0": "17"},
+        ),
+    ]
+    one_by_one, grouped = make_two()
+    for store in (one_by_one, grouped):
+        await store.open()
+    try:
+        each = [await one_by_one.ingest(b) for b in groups]
+        together = await grouped.ingest_many(groups)
+        assert [(r.accepted, r.duplicate, r.invalid) for r in together] == [
+            (r.accepted, r.duplicate, r.invalid) for r in each
+        ]
+        assert [r.accepted for r in together] == [3, 2, 3, 2, 0]
+        for store in (one_by_one, grouped):
+            assert await store.checkpoints("pubsub") == {"0": "17"}
+        assert await grouped.counts() == await one_by_one.counts()
+        assert await grouped.notices(ALL, in_force=False) == await one_by_one.notices(
+            ALL, in_force=False
+        )
+        assert await grouped.instances() == await one_by_one.instances()
+        (row,) = [i for i in await grouped.instances() if i["name"] == "db-1"]
+        assert (row["zone"], row["last_heartbeat"]) == ("westeurope-1", at(30).timestamp())
+    finally:
+        for store in (one_by_one, grouped):
+            await store.close()
