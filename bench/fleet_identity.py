@@ -188,9 +188,15 @@ async def compare(
                     print(f"[bench.fleet] identity {arm}, round {round_ + 1}", file=sys.stderr)
                     service = service_of(folder)
                     before = cpu_seconds(service)
-                    best[arm] = max(best[arm], await post_all(url, posts, len(bodies)))
-                    used = cpu_seconds(service) - before
-                    cpu[arm] = min(cpu[arm], used * 1e6 / len(bodies))
+                    rate = await post_all(url, posts, len(bodies))
+                    per_thousand = (cpu_seconds(service) - before) * 1e6 / len(bodies)
+                    print(
+                        f"[bench.fleet] identity {arm}, round {round_ + 1}: {rate:,.0f} events/s,"
+                        f" fleet CPU {per_thousand:,.0f} ms per 1,000 events",
+                        file=sys.stderr,
+                    )
+                    best[arm] = max(best[arm], rate)
+                    cpu[arm] = min(cpu[arm], per_thousand)
     return Arms(
         best["off"],
         best["required"],
