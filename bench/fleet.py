@@ -353,22 +353,7 @@ def render(
         lines.append(
             f"| {label} | {summary.p50:.1f} | {summary.p99:.1f} | {summary.max:.1f} | {size:,} |"
         )
-    lines += [
-        "",
-        "## Identity required vs off",
-        "",
-        "The same signed batches, grouped by VM as each sidecar posts its own events "
-        f"({arms.posts:,} posts of at most {BATCH_SIZE}), into a new fleet service with "
-        '`identity = "off"` and one with `identity = "required"` whose '
-        f"{arms.enrolled:,} sidecars enrolled first (not timed) and send their credential with "
-        f"every post; best of {fleet_identity.ROUNDS} alternating rounds each.",
-        "",
-        "| identity | events/s |",
-        "| --- | --- |",
-        f"| off | {arms.off:,.0f} |",
-        f"| required | {arms.required:,.0f} |",
-        f"| required / off | {arms.ratio:.1%} |",
-    ]
+    lines += fleet_identity.section(arms)
     lines += [
         "",
         "## Store and process",

@@ -18,13 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import pytest
@@ -32,99 +31,16 @@ import pytest
 from bridge.fleet.service import build_store
 from bridge.fleet.store import NoticeFilter
 from bridge.simulator import Simulator
-from tests.sinks.eventhub_server import EventHubServer
-from tests.sinks.kafka_mock import MockCluster, require_library
+from tests.fleet.buses import Bus, toml_table
 from tests.support import eventually, free_port
 
-if TYPE_CHECKING:
-    from tests.sinks.pubsub_emulator import Topic
-
-pytest_plugins = ["tests.sinks.pubsub_emulator", "tests.fleet.postgres_server"]
+pytest_plugins = ["tests.fleet.bus_fixture", "tests.fleet.postgres_server"]
 
 ROOT = Path(__file__).resolve().parents[2]
 GCE_VMS = ("web-1", "web-2", "web-3")
 AZURE_VMS = ("db-1", "db-2")
 AZURE_EVENT = "22222222-0000-4000-8000-00000000000{}"
 TIMEOUT = 90.0
-
-
-@dataclass
-class Bus:
-    """How the sidecars publish (a `[[sinks]]` table) and how the fleet consumes."""
-
-    sink: dict[str, Any]
-    source: dict[str, Any]
-
-
-def toml_table(header: str, values: dict[str, Any]) -> str:
-    """`values` under `header`; a dict value becomes a sub-table (quoted keys: librdkafka's
-    `session.timeout.ms` is one key, not three)."""
-    lines = [header]
-    lines += [f"{key} = {json.dumps(v)}" for key, v in values.items() if not isinstance(v, dict)]
-    text = "\n".join(lines) + "\n"
-    for key, table in values.items():
-        if isinstance(table, dict):
-            name = header.strip("[]")
-            text += f"[{name}.{key}]\n"
-            text += "".join(f"{json.dumps(k)} = {json.dumps(v)}\n" for k, v in table.items())
-    return text
-
-
-def pubsub_bus(topic: Topic) -> Bus:
-    # A subscription without ordering: the fleet needs none, and redelivery is prompt.
-    name = topic.subscription + "-fleet"
-    topic.admin.subscriber.create_subscription(request={"name": name, "topic": topic.topic})
-    return Bus(
-        sink={"type": "pubsub", "topic": topic.topic, "timeout": 5.0},
-        source={"type": "pubsub", "subscription": name, "batch_wait": 0.02},
-    )
-
-
-def eventhubs_bus(server: EventHubServer) -> Bus:
-    return Bus(
-        sink={"type": "eventhubs", "connection_string": server.connection_string, "timeout": 5.0},
-        source={
-            "type": "eventhubs",
-            "connection_string": server.connection_string,
-            "consumer_group": "fleet",
-        },
-    )
-
-
-def kafka_bus(cluster: MockCluster) -> Bus:
-    servers = cluster.bootstrap.split(",")
-    topic = cluster.create_topic(partitions=4)
-    return Bus(
-        sink={"type": "kafka", "bootstrap_servers": servers, "topic": topic},
-        source={
-            "type": "kafka",
-            "bootstrap_servers": servers,
-            "topic": topic,
-            "group_id": "fleet",  # replicas split the partitions
-            "batch_wait": 0.02,
-            # The mock cluster waits out a departed member's session before it rebalances.
-            "options": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
-        },
-    )
-
-
-@pytest.fixture(params=["pubsub", "eventhubs", "kafka"])
-async def bus(request: pytest.FixtureRequest) -> AsyncIterator[Bus]:
-    """The Pub/Sub emulator, the Event Hubs test server or librdkafka's mock cluster, with a
-    sink and a source on it."""
-    if request.param == "pubsub":
-        yield pubsub_bus(request.getfixturevalue("pubsub_topic"))
-        return
-    if request.param == "kafka":
-        cluster = MockCluster(require_library())
-        cluster.start()
-        try:
-            yield kafka_bus(cluster)
-        finally:
-            cluster.stop()
-        return
-    async with EventHubServer(partitions=4) as server:
-        yield eventhubs_bus(server)
 
 
 class Process:

@@ -32,6 +32,8 @@ def test_the_fleet_demo_runs_five_vms_into_the_fleet_service() -> None:
     assert ["reporting", "5"] in lines
     assert ["redeploy", "2"] in lines  # db-2 and db-3, an hour away
     assert ["rejected", "0"] in lines
+    assert ["attested", "5"] in lines  # the fleet requires identity: every VM enrolled
+    assert ["unattested", "0"] in lines
 
 
 @pytest.mark.posix  # SIGINT to a child process: what Ctrl-C sends

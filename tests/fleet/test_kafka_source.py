@@ -35,7 +35,8 @@ from bridge.pipeline.events import serialize
 from bridge.sinkapi import Ok
 from sinks import kafka
 from tests.factories import fleet_events
-from tests.fleet.test_bus_end_to_end import Process, toml_table
+from tests.fleet.buses import toml_table
+from tests.fleet.test_bus_end_to_end import Process
 from tests.sinks.kafka_mock import MockCluster, require_library
 from tests.support import assert_valid, eventually, free_port
 

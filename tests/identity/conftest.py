@@ -15,9 +15,8 @@ from bridge.fleet.identity.trust import TrustFiles
 from bridge.fleet.identity.verify import Policy
 from bridge.infra.tls import Pem
 from bridge.simulator import Simulator
-from tests.fleet.test_bus_end_to_end import bus  # noqa: F401 (a fixture: each bus, a sink and a source on it)
 
-AUDIENCE = "https://fleet.example.test"
+from .documents import AUDIENCE
 
 
 @pytest.fixture

@@ -10,7 +10,9 @@ import httpx
 
 from bridge.simulator import Simulator
 
-from .conftest import AUDIENCE
+#: The fleet's audience the documents are asked for (the GCE token's, the Azure token's
+#: resource).
+AUDIENCE = "https://fleet.example.test"
 
 GOOGLE = {"Metadata-Flavor": "Google"}
 AZURE = {"Metadata": "true"}

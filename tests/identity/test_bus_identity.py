@@ -11,7 +11,6 @@ are kept in `rejected` with the reason and counted, and the stream goes on.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,38 +21,24 @@ from bridge import sink_registry
 from bridge.infra.encoding import parse
 from bridge.simulator import Simulator
 from bridge.sinkapi import Ok, Sink, validate
+from tests.fleet.buses import Bus, toml_table
 from tests.fleet.factories import heartbeat
-from tests.fleet.test_bus_end_to_end import Bus, toml_table
 from tests.fleet.test_end_to_end import FleetProcess
-from tests.support import eventually, free_port
+from tests.support import eventually
 from tests.test_crash import Process
 
 from .documents import enrollment as enrollment_request
-from .test_fleet_binding import NOW, fleet_toml, vm_of
-from .test_sidecar_enrollment import heartbeats, sidecar_toml
+from .fleets import NOW, heartbeats, sidecar_toml, start, vm_of
 
-pytest_plugins = ["tests.sinks.pubsub_emulator"]
+pytest_plugins = ["tests.fleet.bus_fixture"]  # the `bus` fixture
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(provider="all") as s:
-        s.faults.set("azure", rate_limit=False)
-        yield s
 
 
 async def start_fleet(sim: Simulator, folder: Path, bus: Bus, mode: str) -> FleetProcess:
     """A fleet whose only source is the bus's, with `identity = mode`."""
-    port = free_port()
-    async with httpx.AsyncClient(timeout=10) as plain:
-        material = (await plain.get(f"{sim.base_url}/_sim/identity/trust")).json()
-    source = toml_table("[[fleet.sources]]", {**bus.source, "identity": mode})
-    fleet = FleetProcess(
-        fleet_toml(folder, port, material, source=source), f"http://127.0.0.1:{port}"
+    return await start(
+        sim, folder, source=toml_table("[[fleet.sources]]", {**bus.source, "identity": mode})
     )
-    await fleet.start()
-    return fleet
 
 
 class Held:

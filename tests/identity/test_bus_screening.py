@@ -19,6 +19,7 @@ from bridge.fleet.metrics import IngestStats
 from bridge.fleet.service import build_store
 from bridge.fleet.sources.base import Ingestor
 from bridge.fleet.sources.bus import Committer, Decoded
+from bridge.fleet.store import InstanceQuery
 from tests.fleet.factories import gce_vm, heartbeat
 
 NOW = datetime.now(UTC)
@@ -48,6 +49,7 @@ async def test_messages_are_screened_alone_as_of_when_the_bus_took_them(tmp_path
             ]
         )
         reasons = sorted(row["reason"] for row in await store.rejected())
+        marked = await store.instance_page(InstanceQuery(attestation="attested"))
     finally:
         await store.close()
     assert (result.accepted, result.invalid) == (1, 3)
@@ -56,6 +58,7 @@ async def test_messages_are_screened_alone_as_of_when_the_bus_took_them(tmp_path
         "event source " + repr(other.source) + " is not the enrolled instance " + repr(vm.source),
         "no credential",
     ], reasons
+    assert [row["source"] for row in marked.rows] == [vm.source]  # its own, marked attested
     assert gate.counts == {
         ("pubsub", "attested"): 1,
         ("pubsub", "refused_binding"): 1,

@@ -18,8 +18,7 @@ from bridge.fleet.identity.model import AttestationError
 from bridge.fleet.identity.trust import TrustFiles
 from bridge.simulator import Simulator
 
-from .conftest import AUDIENCE
-from .documents import AZURE, GOOGLE, aws_document, azure_attested, azure_token, gce_token
+from .documents import AUDIENCE, AZURE, GOOGLE, aws_document, azure_attested, azure_token, gce_token
 
 # -- each cloud's document verifies and names the instance ------------------------------------
 

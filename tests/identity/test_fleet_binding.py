@@ -8,119 +8,36 @@ kept in `rejected`.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.infra.credential import HEADER
-from bridge.pipeline.model import Instance, Provider
+from bridge.pipeline.model import Status
 from bridge.simulator import Simulator
-from tests.fleet.factories import heartbeat
-from tests.fleet.test_end_to_end import FleetProcess
-from tests.support import free_port
+from tests.fleet.factories import heartbeat, transition
 
-from .conftest import AUDIENCE
+from .documents import AUDIENCE, source_of
 from .documents import enrollment as enrollment_request
-from .documents import source_of
+from .fleets import NOW, running, vm_of
 
 pytestmark = pytest.mark.slow
-KEY = "k" * 40
 STRUCTURED = {"content-type": "application/cloudevents+json"}
-NOW = datetime.now(UTC)
-
-
-def fleet_toml(
-    folder: Path, port: int, material: dict[str, Any], mode: str = "required", source: str = ""
-) -> Path:
-    """A fleet requiring (or not, `mode`) identity on its one http source, or with the
-    `[[fleet.sources]]` table `source` instead (e.g. a bus's)."""
-    http = f'[[fleet.sources]]\ntype = "http"\nidentity = "{mode}"\n'
-    (folder / "jwks.json").write_text(json.dumps(material["jwks"]))
-    (folder / "ca.pem").write_text(material["ca_pem"])
-    (folder / "aws.pem").write_text(material["certificate_pem"])
-    config = folder / "fleet.toml"
-    config.write_text(f"""
-[fleet.listener]
-port = {port}
-[fleet.store]
-url = "sqlite://{folder}/fleet.db"
-[fleet.identity]
-audience = "{AUDIENCE}"
-credential_key = "{KEY}"
-gce_jwks = "{folder}/jwks.json"
-azure_jwks = "{folder}/jwks.json"
-azure_ca = "{folder}/ca.pem"
-azure_signer_name = "{material["signer_name"]}"
-aws_certificate = "{folder}/aws.pem"
-{source or http}""")
-    return config
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[Simulator]:
-    async with Simulator(provider="all") as s:
-        s.faults.set("azure", rate_limit=False)
-        yield s
 
 
 @pytest.fixture
 async def fleet(sim: Simulator, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient(timeout=10) as plain:
-        material = (await plain.get(f"{sim.base_url}/_sim/identity/trust")).json()
-    process = FleetProcess(fleet_toml(tmp_path, port, material), url)
-    await process.start()
-    try:
-        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-            yield http
-    finally:
-        await process.stop()
-
-
-def vm_of(sim: Simulator, cloud: str) -> Instance:
-    """The simulated VM as its sidecar names it in its events."""
-    source = source_of(sim, cloud)
-    if cloud == "gce":
-        g = sim.identity.gce
-        return Instance(
-            provider=Provider.GCE,
-            id=str(g.instance_id),
-            name=g.instance_name,
-            source=source,
-            resource_id=source.removeprefix("//compute.googleapis.com/"),
-            zone=g.zone,
-            project=g.project_id,
-        )
-    if cloud == "azure":
-        a = sim.identity.azure
-        return Instance(
-            provider=Provider.AZURE,
-            id=a.vm_id,
-            name=a.name,
-            source=source,
-            resource_id=source,
-            subscription=a.subscription_id,
-            resource_group=a.resource_group_name,
-        )
-    w = sim.identity.aws
-    return Instance(
-        provider=Provider.AWS,
-        id=w.instance_id,
-        name=w.instance_id,
-        source=source,
-        resource_id=source,
-        account=w.account_id,
-    )
+    async with (
+        running(sim, tmp_path) as process,
+        httpx.AsyncClient(base_url=process.url, timeout=10) as http,
+    ):
+        yield http
 
 
 async def enroll(fleet: httpx.AsyncClient, sim: Simulator, method: str) -> httpx.Response:
@@ -181,6 +98,55 @@ async def test_same_source_another_instance_id_is_refused(
     answer = await post(fleet, heartbeat(replace(own, id="1"), NOW), credential)
     assert answer.status_code == 403
     assert "instance id '1'" in answer.json()["error"]
+
+
+async def test_one_request_mixing_the_vms_own_events_and_another_vms(
+    sim: Simulator, fleet: httpx.AsyncClient
+) -> None:
+    """A sidecar of VM A posting, in one batch, its own events and events about VM B (and
+    one that is no event at all): A's are stored and marked attested, each of B's is refused
+    with its own reason and kept in `rejected`, and the answer is 403 with the counts."""
+    credential = (await enroll(fleet, sim, "gce_iit")).json()["credential"]
+    own = vm_of(sim, "gce")
+    elsewhere = replace(own, id="another-id", name="vm-b", source=own.source + "-b")
+    renamed = replace(own, id="1")  # A's source, B's instance id
+    bodies = [
+        heartbeat(own, NOW),
+        heartbeat(elsewhere, NOW),
+        b'{"not": "an event"}',
+        transition(own, "n-1", Status.SCHEDULED, NOW),
+        heartbeat(renamed, NOW, sequence=1),
+    ]
+    answer = await fleet.post(
+        "/v1/events",
+        content=b"[" + b",".join(bodies) + b"]",
+        headers={"content-type": "application/cloudevents-batch+json", HEADER: credential},
+    )
+
+    assert answer.status_code == 403, answer.text
+    body = answer.json()
+    assert (body["accepted"], body["duplicate"], body["invalid"]) == (2, 0, 3)
+    reasons = {row["index"]: row["reason"] for row in body["refused"]}
+    assert sorted(reasons) == [1, 2, 4]
+    assert reasons[1].startswith("identity: event source")
+    assert "is not the enrolled instance" in reasons[1]
+    assert reasons[2].startswith("not a CloudEvent")  # the contract's reason, not identity's
+    assert reasons[4].startswith("identity: event instance id '1'")
+
+    stored = (await fleet.get(f"/v1/fleet/instances/{own.source}")).json()
+    assert stored["attestation"] == "attested"
+    notices = (await fleet.get("/v1/fleet/notices", params={"instance": own.name})).json()
+    assert [n["notice_id"] for n in notices["notices"]] == ["n-1"]
+    missing = await fleet.get(f"/v1/fleet/instances/{elsewhere.source}")
+    assert missing.status_code == 404
+    rejected = (await fleet.get("/v1/fleet/rejected")).json()["rejected"]
+    kept = sorted(row["reason"] for row in rejected if row["reason"].startswith("identity: "))
+    assert kept == sorted([reasons[1], reasons[4]])
+
+    metrics = (await fleet.get("/metrics")).text
+    for outcome, count in (("attested", 2), ("refused_binding", 2)):
+        line = f'fleet_identity_events_total{{source="http",outcome="{outcome}"}} {count}'
+        assert line in metrics, metrics
 
 
 @pytest.mark.parametrize(
@@ -282,17 +248,11 @@ async def test_the_sidecar_renews_with_its_credential_not_its_document(
 
 @pytest.fixture
 async def optional_fleet(sim: Simulator, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient(timeout=10) as plain:
-        material = (await plain.get(f"{sim.base_url}/_sim/identity/trust")).json()
-    process = FleetProcess(fleet_toml(tmp_path, port, material, mode="optional"), url)
-    await process.start()
-    try:
-        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-            yield http
-    finally:
-        await process.stop()
+    async with (
+        running(sim, tmp_path, mode="optional") as process,
+        httpx.AsyncClient(base_url=process.url, timeout=10) as http,
+    ):
+        yield http
 
 
 async def test_optional_identity_takes_unattested_events_and_still_checks_credentials(

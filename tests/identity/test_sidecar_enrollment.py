@@ -13,68 +13,18 @@ import httpx
 import pytest
 
 from bridge.simulator import Simulator
-from tests.fleet.test_end_to_end import FleetProcess
-from tests.support import eventually, free_port
+from tests.support import eventually
 from tests.test_crash import Process
 
-from .conftest import AUDIENCE
-from .test_fleet_binding import fleet_toml
+from .fleets import heartbeats, running, sidecar_toml
 
 pytestmark = pytest.mark.slow
-SOURCE = {
-    "gce": lambda sim: f'metadata_url = "{sim.gce_url}"',
-    "azure": lambda sim: f'imds_url = "{sim.azure_url}"\npoll_interval = 0.25',
-    "aws": lambda sim: f'imds_url = "{sim.aws_url}"\npoll_interval = 0.25',
-}
-
-
-def sidecar_toml(folder: Path, sim: Simulator, cloud: str, fleet: str, sink: str = "") -> Path:
-    """A sidecar enrolling with `fleet` and sending to its http source, or to the sink of
-    the `[[sinks]]` table `sink` (e.g. a bus's)."""
-    webhook = f'[[sinks]]\ntype = "webhook"\nname = "fleet"\nurl = "{fleet}/v1/events"\n'
-    folder.mkdir()
-    config = folder / "bridge.toml"
-    config.write_text(f"""
-[source]
-provider = "{cloud}"
-[source.{cloud}]
-{SOURCE[cloud](sim)}
-[state]
-dir = "{folder / "state"}"
-[listener]
-enabled = false
-[heartbeat]
-interval = 1
-[delivery]
-retry_initial = 0.05
-retry_max = 0.5
-[identity]
-enroll_url = "{fleet}/v1/enroll"
-audience = "{AUDIENCE}"
-{sink or webhook}""")
-    return config
 
 
 @pytest.fixture
-async def fleet_url(tmp_path: Path) -> AsyncIterator[tuple[Simulator, str]]:
-    async with Simulator(provider="all") as sim:
-        sim.faults.set("azure", rate_limit=False)
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(timeout=10) as plain:
-            material = (await plain.get(f"{sim.base_url}/_sim/identity/trust")).json()
-        fleet = FleetProcess(fleet_toml(tmp_path, port, material), url)
-        await fleet.start()
-        try:
-            yield sim, url
-        finally:
-            await fleet.stop()
-
-
-async def heartbeats(url: str) -> list[str]:
-    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-        events = (await http.get("/v1/fleet/events?limit=500")).json()
-    return [e["source"] for e in events if e["type"].endswith(".heartbeat")]
+async def fleet_url(sim: Simulator, tmp_path: Path) -> AsyncIterator[tuple[Simulator, str]]:
+    async with running(sim, tmp_path) as fleet:
+        yield sim, fleet.url
 
 
 @pytest.mark.parametrize("cloud", ["gce", "azure", "aws"])

@@ -9,24 +9,36 @@ are compared case-insensitively (ARM ids are; the token's `xms_mirid` and IMDS's
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
+
 from bridge import contract
 from bridge.providers import plugins as registry
 
 from .model import Attested
 
+#: Whether two ids name the same instance or resource.
+Same = Callable[[str, str], bool]
+
+
+def comparer(provider: str) -> Same:
+    """How `provider`'s cloud compares ids (its plug-in says: Azure's without regard to
+    case). Looked up once per request, not per id: a post's events share one credential."""
+    plugin = registry.find(provider)
+    return plugin.same_id if plugin is not None else operator.eq
+
 
 def same_id(provider: str, a: str, b: str) -> bool:
-    """Whether `a` and `b` name the same instance or resource of `provider`'s cloud (its
-    plug-in says: Azure's ids compare without regard to case)."""
-    plugin = registry.find(provider)
-    return plugin.same_id(a, b) if plugin is not None else a == b
+    """Whether `a` and `b` name the same instance or resource of `provider`'s cloud."""
+    return comparer(provider)(a, b)
 
 
-def mismatch(attested: Attested, event: contract.Event) -> str | None:
-    """Why `event` is not about the attested instance, or None when it is."""
-    if attested.source is not None and not same_id(
-        attested.provider, event.source, attested.source
-    ):
+def mismatch(attested: Attested, event: contract.Event, same: Same | None = None) -> str | None:
+    """Why `event` is not about the attested instance, or None when it is. `same`:
+    `comparer(attested.provider)`, when the caller checks several events."""
+    if same is None:
+        same = comparer(attested.provider)
+    if attested.source is not None and not same(event.source, attested.source):
         return f"event source {event.source!r} is not the enrolled instance {attested.source!r}"
     provider = event.provider
     if provider is not None and provider != attested.provider:
@@ -35,10 +47,6 @@ def mismatch(attested: Attested, event: contract.Event) -> str | None:
     for field in ("id", "project", "subscription", "account"):
         expected = getattr(attested, field)
         given = getattr(instance, field)
-        if (
-            expected is not None
-            and given is not None
-            and not same_id(attested.provider, str(given), str(expected))
-        ):
+        if expected is not None and given is not None and not same(str(given), str(expected)):
             return f"event instance {field} {given!r} is not the enrolled {expected!r}"
     return None

@@ -10,12 +10,12 @@ sidecar); a credential present must verify and bind, as under `required`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bridge.fleet.store import Accepted
 
-from .binding import mismatch
+from .binding import comparer, mismatch
 from .config import IdentityMode
 from .credential import Credentials
 from .model import AttestationError, Attested
@@ -24,11 +24,14 @@ from .model import AttestationError, Attested
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What `check` decided: `status` 0 when every event may be stored; else 401 (all
-    refused, `refused` holds every index) or 403 (the indices about another VM)."""
+    refused, for one reason) or 403 (only the events about another VM: the others, the
+    enrolled VM's own, are stored as attested). `refused`: (index, reason) of each refused
+    event, each with its own reason (two foreign events may differ in what does not match);
+    `reason` is the first's."""
 
     status: int = 0
     reason: str = ""
-    refused: tuple[int, ...] = ()
+    refused: tuple[tuple[int, str], ...] = ()
     attested: Attested | None = None
 
 
@@ -64,30 +67,25 @@ class IdentityGate:
                 self.counts[(self._source, "unattested")] += len(events)
                 return PASS
             return self._refuse(
-                401, "credential", "no credential: enroll at POST /v1/enroll", range(len(events))
+                401, "credential", "no credential: enroll at POST /v1/enroll", len(events)
             )
         try:
             attested = self._credentials.check(credential, at)
         except AttestationError as exc:
-            return self._refuse(401, "credential", exc.reason, range(len(events)))
-        foreign = [
+            return self._refuse(401, "credential", exc.reason, len(events))
+        same = comparer(attested.provider)
+        foreign = tuple(
             (i, why)
             for i, a in enumerate(events)
-            if (why := mismatch(attested, a.event)) is not None
-        ]
+            if (why := mismatch(attested, a.event, same)) is not None
+        )
+        self.counts[(self._source, "attested")] += len(events) - len(foreign)
         if foreign:
-            return self._refuse(403, "binding", foreign[0][1], (i for i, _ in foreign), attested)
-        self.counts[(self._source, "attested")] += len(events)
+            self.counts[(self._source, "refused_binding")] += len(foreign)
+            return Verdict(403, foreign[0][1], foreign, attested)
         return Verdict(attested=attested)
 
-    def _refuse(
-        self,
-        status: int,
-        kind: str,
-        reason: str,
-        indices: Iterable[int],
-        attested: Attested | None = None,
-    ) -> Verdict:
-        refused = tuple(indices)
-        self.counts[(self._source, f"refused_{kind}")] += len(refused)
-        return Verdict(status, reason, refused, attested)
+    def _refuse(self, status: int, kind: str, reason: str, count: int) -> Verdict:
+        """Every one of `count` events refused for `reason` (no or a bad credential)."""
+        self.counts[(self._source, f"refused_{kind}")] += count
+        return Verdict(status, reason, tuple((i, reason) for i in range(count)))

@@ -42,12 +42,11 @@ def screen(
         return Screened(list(accepted), list(refused), attested=attested)
     taken = {index for index, _ in refused}
     positions = [i for i in range(len(accepted) + len(refused)) if i not in taken]
-    out = set(verdict.refused)
+    out = dict(verdict.refused)
     kept = [event for i, event in enumerate(accepted) if i not in out]
     denied = [
-        (positions[i], Refused(event.body, f"identity: {verdict.reason}"))
-        for i, event in enumerate(accepted)
-        if i in out
+        (positions[i], Refused(accepted[i].body, f"identity: {reason}"))
+        for i, reason in verdict.refused
     ]
     merged = sorted([*refused, *denied], key=lambda item: item[0])
     return Screened(kept, merged, verdict.status, verdict.reason, attested)
