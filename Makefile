@@ -74,6 +74,12 @@ bench-fleet-scale: $(BIN)/.installed
 bench-fleet-replicas: $(BIN)/.installed
 	$(BIN)/python -m bench.fleet_replicas
 
+# A retention pass over a backlog of 100,000 old events while ingest and reads go on, SQLite
+# and PostgreSQL (issue 33; a few minutes): bench/results/fleet-retention.md.
+.PHONY: bench-fleet-retention
+bench-fleet-retention: $(BIN)/.installed
+	$(BIN)/python -m bench.fleet_retention
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 

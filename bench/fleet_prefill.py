@@ -100,10 +100,12 @@ async def prefill(
     bodies: Iterable[bytes],
     *,
     ingest: str = "http",
+    received_at: float | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[float]:
     """`bodies` into every store of `urls` at once (written and decoded once, each chunk
-    into the stores side by side); seconds spent in each store."""
+    into the stores side by side); seconds spent in each store. `received_at` backdates
+    the receive time (a backlog for retention to prune); by default it is now."""
     stores = [build_store(url) for url in urls]
     spent = [0.0] * len(stores)
     for store in stores:
@@ -112,7 +114,8 @@ async def prefill(
         done = 0
         for chunk in _chunks(bodies, CHUNK):
             accepted = [Accepted(contract.from_cloudevent(body), body) for body in chunk]
-            batch = Batch(ingest=ingest, received_at=time.time(), accepted=accepted)
+            at = time.time() if received_at is None else received_at
+            batch = Batch(ingest=ingest, received_at=at, accepted=accepted)
 
             async def timed(index: int, store: Store, batch: Batch) -> None:
                 began = time.perf_counter()
