@@ -249,13 +249,20 @@ class Pruner:
         total = 0
         while True:
             limit = self._limit
+            took = 0.0
 
             def one(db: Any, limit: int = limit) -> int:
-                return fn(db, limit)
+                # Timed inside the transaction: the wait for the writer (an ingest ahead
+                # of it) is not this batch's cost.
+                nonlocal took
+                began = self.timer()
+                try:
+                    return fn(db, limit)
+                finally:
+                    took = self.timer() - began
 
-            began = self.timer()
             done = await self.store.transaction(one)
-            self._limit = self._next_limit(limit, self.timer() - began)
+            self._limit = self._next_limit(limit, took)
             total += done
             if done < limit:
                 return total
