@@ -53,7 +53,7 @@ from bridge.fleet.store import StoreError
 
 log = logging.getLogger("bridge.fleet.retention")
 #: The smallest batch the pruner shrinks to on a slow database (it still makes progress).
-MIN_BATCH_ROWS: Final = 10
+MIN_BATCH_ROWS: Final = 100
 T = TypeVar("T")
 DAY: Final = 86400.0
 _HEARTBEAT: Final = contract.HEARTBEAT

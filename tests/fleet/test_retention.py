@@ -157,7 +157,7 @@ async def test_batches_shrink_when_a_transaction_holds_the_writer_too_long(store
     """On a busy database one batch of `batch_rows` may hold the writer for a second: the
     next batches are cut to what fits `batch_seconds`, and grow back once they are quick."""
     now = T0 + timedelta(days=30)
-    beats = [heartbeat(WEB, T0 + timedelta(seconds=i), sequence=i) for i in range(130)]
+    beats = [heartbeat(WEB, T0 + timedelta(seconds=i), sequence=i) for i in range(1300)]
     await store.ingest(batch(*beats, received=T0))
     deleted: list[int] = []
     record_writes(store, deleted.append)
@@ -174,12 +174,12 @@ async def test_batches_shrink_when_a_transaction_holds_the_writer_too_long(store
     async def pause(_seconds: float) -> None:
         pass
 
-    policy = FleetRetention(batch_rows=100, batch_seconds=0.05)
+    policy = FleetRetention(batch_rows=1000, batch_seconds=0.05)
     prune = Pruner(store, policy, clock=now.timestamp, sleep=pause, timer=timer)
-    assert (await prune.run_pass()).heartbeats == 130
-    # 100 took 1 s: 5 fit 50 ms, but never fewer than 10; 10 took 0.1 s: 10 again; then
-    # a quick one lets the next double (20), which finds the last 10.
-    assert deleted[:4] == [100, 10, 10, 10]
+    assert (await prune.run_pass()).heartbeats == 1300
+    # 1,000 took 1 s: 50 fit 50 ms, but never fewer than 100; 100 took 0.1 s: 100 again;
+    # then a quick one lets the next double (200), which finds the last 100.
+    assert deleted[:4] == [1000, 100, 100, 100]
 
 
 async def test_ingest_gets_through_between_the_batches(store: Any) -> None:
