@@ -12,7 +12,8 @@ For SQLite and PostgreSQL in turn (`bench.fleet_ingest.stores`: a file, a throwa
    another: `Store.ingest`, a commit each) and a reader (one instance's notices, the first
    page of instances, the counts, in turn), each call timed.
 3. The same loops while `bridge.fleet.retention.Pruner.run_pass` (the default policy:
-   transactions of 1,000 rows, 50 ms apart) works off the backlog, until the pass ends:
+   transactions of at most 1,000 rows, smaller when one holds the writer over 50 ms, 50 ms
+   apart) works off the backlog, until the pass ends:
    ingest and read latency during it against the baseline, the pass's duration and what
    it removed.
 
@@ -153,9 +154,10 @@ def render(results: list[StoreResult], command: str, loads: tuple[float, float])
         f"`{command}`. Commit measured: {commit()}. Host: {os.cpu_count()} CPUs, load "
         f"average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end. The default "
         "policy (`[fleet.retention]`: 400 days of events, 7 of heartbeats, transactions of "
-        "1,000 rows 50 ms apart); ingest is batches of 10 new heartbeats one after another, "
-        "reads one instance's notices, a page of 100 instances and the counts in turn, in "
-        "the store's process as in the fleet service.",
+        "at most 1,000 rows, smaller when one holds the writer over 50 ms, 50 ms apart); "
+        "ingest is batches of 10 new heartbeats one after another, reads one instance's "
+        "notices, a page of 100 instances and the counts in turn, in the store's process as "
+        "in the fleet service.",
         "",
     ]
     for r in results:
