@@ -67,6 +67,19 @@ bench-fleet: $(BIN)/.installed
 bench-fleet-scale: $(BIN)/.installed
 	$(BIN)/python -m bench.fleet_scale --instances 100000 --events 1000000
 
+# Two fleet replicas on one PostgreSQL: each replica's and PostgreSQL's CPU seconds per
+# 1,000 events and per 1,000 reads (issue 33; a few minutes): bench/results/fleet-replicas.md,
+# the figures of docs/fleet.md's scaling guide.
+.PHONY: bench-fleet-replicas
+bench-fleet-replicas: $(BIN)/.installed
+	$(BIN)/python -m bench.fleet_replicas
+
+# A retention pass over a backlog of 100,000 old events while ingest and reads go on, SQLite
+# and PostgreSQL (issue 33; a few minutes): bench/results/fleet-retention.md.
+.PHONY: bench-fleet-retention
+bench-fleet-retention: $(BIN)/.installed
+	$(BIN)/python -m bench.fleet_retention
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 

@@ -4,9 +4,10 @@ Issue 33's workload (`bench.fleet_workload`: 100,000 VMs over three clouds, 1,00
 in the audit log, 5,000 notices in force) and every figure of its "Figures to reach" list,
 for SQLite and PostgreSQL side by side in one run:
 
-1. Pre-fill (not a figure): the audit log is written once and ingested in batches of 500
-   through each store's own `ingest` in this process (what the figures about reads need;
-   the ingest figures below go through the real paths).
+1. Pre-fill (not a figure): the audit log is written once and filled into both stores in
+   this process by `bench.fleet_prefill` (ingest's own writer in large transactions, the
+   audit log appended in bulk: `COPY` on PostgreSQL), what the figures about reads need;
+   the ingest figures below go through the real paths.
 2. The fleet service runs in its own process (`maintenance-bridge fleet --config`) on that
    store, with a signed `http` source and a read credential in `[fleet.auth]`; every read
    sends it as `Authorization: Bearer`, as Grafana or a script would.
@@ -57,18 +58,17 @@ from bench.drain import environment
 from bench.fleet import SECRET, ingest, latency
 from bench.fleet_ingest import Figure, eventhubs, kafka, pubsub
 from bench.fleet_ingest import stores as throwaway_stores
+from bench.fleet_prefill import CHUNK as FILL_CHUNK
+from bench.fleet_prefill import prefill as fast_prefill
 from bench.fleet_workload import Workload
 from bench.procs import ROOT, Proc, child_env, peak_rss_mb, spawn
 from bench.stats import Summary, summarize
 from bridge import contract
-from bridge.fleet.service import build_store
-from bridge.fleet.store import Accepted, Batch
 from bridge.transports import webhook_signing as signing
 from tests.support import free_port
 
 #: The read credential of this run (`[[fleet.auth.credentials]]`), new each run.
 READ_TOKEN: Final = secrets.token_hex(16)
-FILL_BATCH: Final = 500
 SENDERS: Final = 64
 BURST_SENDERS: Final = 512
 STRUCTURED: Final = "application/cloudevents+json"
@@ -169,40 +169,15 @@ def noted(notes: list[str], what: str) -> Iterator[None]:
 # -- pre-fill ---------------------------------------------------------------------------------
 
 
-def _chunks(bodies: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
-    chunk: list[bytes] = []
-    for body in bodies:
-        chunk.append(body)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 async def prefill(urls: list[str], workload: Workload) -> list[float]:
-    """The audit log into every store at once (written once), batches of FILL_BATCH through
-    each store's own `ingest`; seconds spent in each store's ingest."""
-    stores = [build_store(url) for url in urls]
-    spent = [0.0] * len(stores)
-    for store in stores:
-        await store.open()
-    try:
-        done = 0
-        for chunk in _chunks(workload.history(), FILL_BATCH):
-            accepted = [Accepted(contract.from_cloudevent(body), body) for body in chunk]
-            batch = Batch(ingest="http", received_at=time.time(), accepted=accepted)
-            for index, store in enumerate(stores):
-                began = time.perf_counter()
-                await store.ingest(batch)
-                spent[index] += time.perf_counter() - began
-            done += len(chunk)
-            if done % 100_000 < FILL_BATCH:
-                log(f"pre-filled {done:,} of {workload.events:,} events")
-    finally:
-        for store in stores:
-            await store.close()
-    return spent
+    """The audit log into every store at once (written once; `bench.fleet_prefill`: ingest's
+    own writer, the audit log appended in bulk); seconds spent in each store."""
+
+    def progress(done: int) -> None:
+        if done % 100_000 < FILL_CHUNK:
+            log(f"pre-filled {done:,} of {workload.events:,} events")
+
+    return await fast_prefill(urls, workload.history(), progress=progress)
 
 
 # -- the processes ----------------------------------------------------------------------------
@@ -677,8 +652,9 @@ def store_table(f: StoreFigures, sizes: Scale) -> list[str]:
         lines.append(f"| {figure} | {target} | {measured} | {verdict} |")
     lines += [
         "",
-        f"- pre-fill (not a figure): {sizes.events:,} events through the store's own ingest in "
-        f"batches of {FILL_BATCH} in the benchmark's process, {f.fill_seconds:,.0f} s in the "
+        f"- pre-fill (not a figure): {sizes.events:,} events through ingest's own writer in "
+        f"transactions of {FILL_CHUNK:,}, the audit log appended in bulk (`bench.fleet_prefill`),"
+        f" in the benchmark's process, {f.fill_seconds:,.0f} s in the "
         f"store ({sizes.events / f.fill_seconds if f.fill_seconds else 0:,.0f} events/s)",
         f"- one-event posts to the fleet were answered {f.posts_statuses}",
         f"- rows at the end: {', '.join(f'{k} {v:,}' for k, v in sorted(f.counts.items()))}",

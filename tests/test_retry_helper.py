@@ -1,18 +1,26 @@
 """The one retry helper (`bridge.infra.backoff.retry_until_done`) and its one log line
 (`retry_logger`), used by every loop that must not give up: spooling a notice, recording an
-action, an approval, detecting the cloud, the metadata client and the dispatcher's spool."""
+action, an approval, detecting the cloud, the metadata client and the dispatcher's spool;
+and its blocking sibling `retry_for` (a bounded time: the fleet's SQLite switch to WAL)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import NoReturn
 
 import pytest
 from tenacity import retry_if_result
 
-from bridge.infra.backoff import forever, keep_running, retry_logger, retry_until_done
+from bridge.infra.backoff import (
+    forever,
+    keep_running,
+    retry_for,
+    retry_logger,
+    retry_until_done,
+)
 
 log = logging.getLogger("tests.retry")
 
@@ -235,3 +243,87 @@ async def test_the_reason_can_be_a_result_rather_than_an_exception(
     assert len(lines) == 2
     assert lines[0].startswith("sink memory: 1 event(s) not delivered (attempt 1), retrying in ")
     assert lines[0].endswith(": receiver busy")
+
+
+# -- the blocking sibling: `retry_for` ---------------------------------------------------------
+
+
+class FlakySync:
+    """Fails `failures` times with `error`, then answers "done" (blocking)."""
+
+    def __init__(self, failures: int, error: Exception) -> None:
+        self.failures = failures
+        self.error = error
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return "done"
+
+
+def test_retry_for_retries_a_blocking_call_by_the_same_policy() -> None:
+    waits: list[float] = []
+    call = FlakySync(4, OSError("database is locked"))
+    result = retry_for(
+        call, seconds=60, retry_on=OSError, initial=0.5, maximum=3.0, sleep=waits.append
+    )
+    assert (result, call.calls) == ("done", 5)
+    assert len(waits) == 4
+    assert all(0.5 <= w <= 3.0 for w in waits)
+    assert waits[-1] > waits[0]  # the same exponential policy as `retry_until_done`
+
+
+def test_retry_for_retries_only_what_the_predicate_accepts() -> None:
+    call = FlakySync(1, OSError("disk I/O error"))
+    with pytest.raises(OSError, match="disk I/O"):
+        retry_for(
+            call,
+            seconds=60,
+            retry_on=OSError,
+            when=lambda exc: "locked" in str(exc),
+            initial=0.01,
+            maximum=0.1,
+            sleep=lambda _delay: pytest.fail("no wait expected"),
+        )
+    assert call.calls == 1
+
+
+def test_retry_for_gives_up_after_its_time_with_the_last_failure() -> None:
+    call = FlakySync(1_000, OSError("database is locked"))
+    began = time.monotonic()  # tenacity's stop reads the real clock: real (short) waits
+    with pytest.raises(OSError, match="locked"):
+        retry_for(call, seconds=0.2, retry_on=OSError, initial=0.01, maximum=0.05)
+    assert 0.2 <= time.monotonic() - began < 2.0
+    assert call.calls > 2
+
+
+def test_retry_for_another_error_is_not_retried() -> None:
+    with pytest.raises(ValueError, match="bad"):
+        retry_for(
+            FlakySync(1, ValueError("bad")),
+            seconds=60,
+            retry_on=OSError,
+            initial=0.1,
+            maximum=1.0,
+            sleep=lambda _delay: pytest.fail("no wait expected"),
+        )
+
+
+def test_retry_for_logs_each_retry_with_the_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="tests.retry")
+    retry_for(
+        FlakySync(2, OSError("database is locked")),
+        seconds=60,
+        retry_on=OSError,
+        initial=0.01,
+        maximum=0.1,
+        before_sleep=retry_logger(log, "cannot switch to WAL"),
+        sleep=lambda _delay: None,
+    )
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert lines[0].startswith("cannot switch to WAL (attempt 1), retrying in ")

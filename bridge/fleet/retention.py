@@ -23,7 +23,9 @@ active again. A VM that was deleted simply stops reporting; retiring it keeps it
 The pruner never stalls ingest or reads: every batch is its own short write transaction of
 at most `batch_rows` rows (found through an index, or the oldest rows by sequence), with
 `batch_pause` seconds between batches, so an ingest waits at most one batch for the write
-lock and a backlog of a year is worked off over many passes rather than in one. Reads run
+lock and a backlog of a year is worked off over many passes rather than in one. A batch
+that held the writer longer than `batch_seconds` (a busy or slow database) makes the next
+one smaller, so "one batch" stays short however loaded the machine is. Reads run
 beside it (SQLite's WAL, PostgreSQL's MVCC). On PostgreSQL the audit log is partitioned by
 month of receive time (`bridge.fleet.migrations`): a month entirely older than the
 retention is dropped as a whole instead (`DROP TABLE` of the partition is one catalog
@@ -50,6 +52,8 @@ from bridge.fleet import partitions, tallies
 from bridge.fleet.store import StoreError
 
 log = logging.getLogger("bridge.fleet.retention")
+#: The smallest batch the pruner shrinks to on a slow database (it still makes progress).
+MIN_BATCH_ROWS: Final = 100
 T = TypeVar("T")
 DAY: Final = 86400.0
 _HEARTBEAT: Final = contract.HEARTBEAT
@@ -70,6 +74,10 @@ class FleetRetention(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, f
     batch_rows: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
     #: Seconds between two batches, so ingest and reads get the database in between.
     batch_pause: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.05
+    #: Seconds one transaction should hold the writer, at most: a batch that took longer
+    #: makes the next one smaller (down to `MIN_BATCH_ROWS`), a quick one lets it grow back
+    #: to `batch_rows`. 0: every batch is `batch_rows`.
+    batch_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.05
 
     def __post_init__(self) -> None:
         from bridge.infra.validation import FieldError
@@ -217,32 +225,65 @@ class Pruner:
         policy: FleetRetention,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.store = store
         self.policy = policy
         self.clock = clock
         self.sleep = sleep
+        #: Times each transaction (`batch_seconds`).
+        self.timer = timer
         self._task: asyncio.Task[None] | None = None
+        #: Rows of the next batch (`_batches`: follows how long a transaction takes).
+        self._limit = policy.batch_rows
         #: The last pass's report (metrics, tests).
         self.last: PruneReport | None = None
 
-    async def _batches(self, fn: Callable[[Any], int]) -> int:
-        """`fn` one batch per transaction until a batch comes back short."""
+    async def _batches(self, fn: Callable[[Any, int], int]) -> int:
+        """`fn(db, limit)` one batch per transaction until a batch comes back short.
+
+        The limit follows the time a transaction takes (`batch_seconds`): on a database busy
+        enough that 1,000 deletions hold the writer for a second, the batches shrink until
+        one is short again, so an ingest waiting for the writer waits about that long at
+        most; they grow back to `batch_rows` when it is quiet."""
         total = 0
         while True:
-            done = await self.store.transaction(fn)
+            limit = self._limit
+            took = 0.0
+
+            def one(db: Any, limit: int = limit) -> int:
+                # Timed inside the transaction: the wait for the writer (an ingest ahead
+                # of it) is not this batch's cost.
+                nonlocal took
+                began = self.timer()
+                try:
+                    return fn(db, limit)
+                finally:
+                    took = self.timer() - began
+
+            done = await self.store.transaction(one)
+            self._limit = self._next_limit(limit, took)
             total += done
-            if done < self.policy.batch_rows:
+            if done < limit:
                 return total
             await self.sleep(self.policy.batch_pause)
+
+    def _next_limit(self, limit: int, took: float) -> int:
+        target, most = self.policy.batch_seconds, self.policy.batch_rows
+        if target <= 0:
+            return most
+        if took > target:
+            return max(min(MIN_BATCH_ROWS, most), int(limit * target / took))
+        if took < target / 2:
+            return min(most, limit * 2)
+        return limit
 
     async def run_pass(self) -> PruneReport:
         """One pass over every kind of row (see the module docstring)."""
         cut = Cutoffs.of(self.policy, self.clock())
-        limit = self.policy.batch_rows
         report = PruneReport()
         report.heartbeats = await self._batches(
-            lambda db: prune_heartbeats(db, cut.heartbeats, limit)
+            lambda db, limit: prune_heartbeats(db, cut.heartbeats, limit)
         )
         audit = "events"
         if self.store.dialect == "postgresql":
@@ -259,21 +300,23 @@ class Pruner:
                 log.warning("retention: no month dropped this pass: %s", exc)
             keys_cutoff = partitions.keys_cutoff(cut.events)
             report.keys = await self._batches(
-                lambda db: partitions.prune_keys(db, True, cut.heartbeats, limit)
+                lambda db, limit: partitions.prune_keys(db, True, cut.heartbeats, limit)
             )
             report.keys += await self._batches(
-                lambda db: partitions.prune_keys(db, False, keys_cutoff, limit)
+                lambda db, limit: partitions.prune_keys(db, False, keys_cutoff, limit)
             )
             audit = "events_default"  # the months go whole, above; only strays row by row
-        report.events = await self._batches(lambda db: prune_oldest(db, audit, cut.events, limit))
+        report.events = await self._batches(
+            lambda db, limit: prune_oldest(db, audit, cut.events, limit)
+        )
         report.rejected = await self._batches(
-            lambda db: prune_oldest(db, "rejected", cut.rejected, limit)
+            lambda db, limit: prune_oldest(db, "rejected", cut.rejected, limit)
         )
         report.rejected += await self._batches(
-            lambda db: prune_rejected_beyond(db, cut.rejected_rows, limit)
+            lambda db, limit: prune_rejected_beyond(db, cut.rejected_rows, limit)
         )
         report.retired = await self._batches(
-            lambda db: retire_silent(db, cut.retire, cut.now, limit)
+            lambda db, limit: retire_silent(db, cut.retire, cut.now, limit)
         )
         self.last = report
         if report.total():

@@ -20,12 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, TypeVar
 
-import tenacity
-
 from bridge.fleet import migrations, sql
 from bridge.fleet.reads import ReadQueries
 from bridge.fleet.store import Batch, IngestResult, StoreError, UnstorableError
 from bridge.fleet.writes import apply_many
+from bridge.infra.backoff import retry_for
 
 T = TypeVar("T")
 
@@ -38,15 +37,15 @@ def _wal(db: sqlite3.Connection) -> None:
     """Switch the file to WAL. The switch takes the file's exclusive lock and SQLite does not
     wait for it (`busy_timeout` does not apply), so replicas opening a new file at once
     would fail with "database is locked": the switch is retried for as long as a busy
-    write would wait."""
-    for attempt in tenacity.Retrying(
-        retry=tenacity.retry_if_exception(lambda e: "locked" in str(e)),
-        stop=tenacity.stop_after_delay(BUSY_TIMEOUT_S),
-        wait=tenacity.wait_random(0.01, 0.1),
-        reraise=True,
-    ):
-        with attempt:
-            db.execute("PRAGMA journal_mode=WAL")
+    write would wait (the project's one backoff policy, from 10 ms up to 100 ms apart)."""
+    retry_for(
+        lambda: db.execute("PRAGMA journal_mode=WAL"),
+        seconds=BUSY_TIMEOUT_S,
+        retry_on=sqlite3.OperationalError,
+        when=lambda exc: "locked" in str(exc),
+        initial=0.01,
+        maximum=0.1,
+    )
 
 
 class SqliteStore(ReadQueries):

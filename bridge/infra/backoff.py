@@ -1,11 +1,13 @@
 """The one backoff policy: exponential with jitter, capped, never shorter than Retry-After.
 
 Used by the metadata client (retrying the metadata service), by the dispatcher (retrying
-a sink), by every loop that must not give up (`retry_until_done`) and by the runner's
-watcher supervision (`keep_running`), so they cannot drift apart. How a Retry-After reaches
-the policy differs: the metadata client raises it inside an exception, a sink returns it
-inside a `Retry` result; `retry_after` reads either from tenacity's retry state. Both read
-the header itself with `parse_retry_after`, the one parser of it (seconds or an HTTP date).
+a sink), by every loop that must not give up (`retry_until_done`), by the runner's
+watcher supervision (`keep_running`) and by the blocking calls retried for a bounded time on
+a thread (`retry_for`: the fleet's SQLite switch to WAL), so they cannot drift apart. How
+a Retry-After reaches the policy differs: the metadata client raises it inside an
+exception, a sink returns it inside a `Retry` result; `retry_after` reads either from
+tenacity's retry state. Both read the header itself with `parse_retry_after`, the one
+parser of it (seconds or an HTTP date).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from typing import Final, NoReturn, TypeVar
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
+    Retrying,
     retry_if_exception,
     retry_if_exception_type,
+    stop_after_delay,
     stop_never,
     wait_exponential_jitter,
 )
@@ -155,6 +159,49 @@ async def retry_until_done(
         with tried:
             return await attempt()
     raise AssertionError("unreachable: stop_never")  # pragma: no cover
+
+
+def retry_for(
+    call: Callable[[], T],
+    *,
+    seconds: float,
+    retry_on: type[Exception] | tuple[type[Exception], ...],
+    when: Callable[[Exception], bool] = lambda _exc: True,
+    initial: float,
+    maximum: float,
+    before_sleep: Callable[[RetryCallState], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """`call` (blocking) until it returns, retried on `retry_on` (and only when `when` says
+    so of the exception) by this policy for at most `seconds`, then the last failure is
+    raised: the sync sibling of `retry_until_done`, for a call on a worker thread that must
+    give up in bounded time (the fleet's SQLite switch to WAL waits as long as a busy write
+    would). Another exception propagates at once. The first attempt runs bare, as in
+    `retry_until_done`."""
+    try:
+        return call()
+    except retry_on as exc:
+        if not when(exc):
+            raise
+        first: list[Exception] = [exc]
+
+    def attempt() -> T:
+        if first:
+            raise first.pop()
+        return call()
+
+    def worth_retrying(exc: BaseException) -> bool:
+        return isinstance(exc, retry_on) and when(exc)
+
+    retrying = Retrying(
+        retry=retry_if_exception(worth_retrying),
+        wait=Backoff(initial, maximum, _no_retry_after),
+        stop=stop_after_delay(seconds),
+        sleep=sleep,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    return retrying(attempt)
 
 
 async def keep_running(

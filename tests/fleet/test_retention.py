@@ -145,12 +145,41 @@ async def test_pruning_runs_in_short_batches_with_a_pause_between(store: Any) ->
     await store.ingest(batch(*beats, received=T0))
     deleted: list[int] = []
     record_writes(store, deleted.append)
-    prune, pauses = pruner(store, now, batch_rows=10, batch_pause=0.25)
+    prune, pauses = pruner(store, now, batch_rows=10, batch_pause=0.25, batch_seconds=0)
     assert (await prune.run_pass()).heartbeats == 25
     assert deleted[:3] == [10, 10, 5]  # one transaction each
     assert max(deleted) <= 10
     # Between full batches only; PostgreSQL then prunes the 25 de-duplication keys too.
     assert pauses == [0.25, 0.25] * (1 if store.dialect == "sqlite" else 2)
+
+
+async def test_batches_shrink_when_a_transaction_holds_the_writer_too_long(store: Any) -> None:
+    """On a busy database one batch of `batch_rows` may hold the writer for a second: the
+    next batches are cut to what fits `batch_seconds`, and grow back once they are quick."""
+    now = T0 + timedelta(days=30)
+    beats = [heartbeat(WEB, T0 + timedelta(seconds=i), sequence=i) for i in range(1300)]
+    await store.ingest(batch(*beats, received=T0))
+    deleted: list[int] = []
+    record_writes(store, deleted.append)
+    took = iter([1.0, 0.1] + [0.001] * 1000)  # the first batch slow, the second still slowish
+    clock, calls = 0.0, 0
+
+    def timer() -> float:  # called before and after each transaction
+        nonlocal clock, calls
+        calls += 1
+        if calls % 2 == 0:
+            clock += next(took)
+        return clock
+
+    async def pause(_seconds: float) -> None:
+        pass
+
+    policy = FleetRetention(batch_rows=1000, batch_seconds=0.05)
+    prune = Pruner(store, policy, clock=now.timestamp, sleep=pause, timer=timer)
+    assert (await prune.run_pass()).heartbeats == 1300
+    # 1,000 took 1 s: 50 fit 50 ms, but never fewer than 100; 100 took 0.1 s: 100 again;
+    # then a quick one lets the next double (200), which finds the last 100.
+    assert deleted[:4] == [1000, 100, 100, 100]
 
 
 async def test_ingest_gets_through_between_the_batches(store: Any) -> None:

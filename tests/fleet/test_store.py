@@ -278,3 +278,28 @@ async def test_a_group_of_batches_leaves_what_the_batches_one_by_one_leave(
     finally:
         for store in (one_by_one, grouped):
             await store.close()
+
+
+async def test_sqlite_opens_while_another_opener_holds_the_new_file(tmp_path: Path) -> None:
+    """The switch to WAL needs the file's exclusive lock, for which SQLite does not wait:
+    a replica opening while another holds the lock retries (`bridge.infra.backoff.retry_for`)
+    instead of failing with "database is locked"."""
+    import asyncio
+    import sqlite3
+
+    path = tmp_path / "fleet.sqlite3"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    store = build_store(f"sqlite://{path}")
+    opening = asyncio.create_task(store.open())
+    await asyncio.sleep(0.3)  # the open is retrying now: the lock is held
+    assert not opening.done()
+    holder.execute("COMMIT")
+    holder.close()
+    await asyncio.wait_for(opening, 10)
+    try:
+        assert (await store.counts())["events"] == 0
+    finally:
+        await store.close()
+    mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
