@@ -255,14 +255,15 @@ class Posted:
     busy_without_retry_after: int
 
 
-async def post_each(
-    url: str, requests: list[tuple[bytes, dict[str, str]]], senders: int, retry_busy: bool
-) -> Posted:
-    """Each (body, headers) as its own POST from `senders` concurrent senders; with
-    `retry_busy`, a 503 is retried after its Retry-After (capped at 2 s), as the sink does."""
+async def post_each(url: str, bodies: list[bytes], senders: int, retry_busy: bool) -> Posted:
+    """Each body as its own signed POST from `senders` concurrent senders; with
+    `retry_busy`, a 503 is retried after its Retry-After (capped at 2 s), as the sink does.
+    Each attempt is signed as it is sent, as the webhook sink does: a signature made
+    minutes before is refused as stale (a long burst outlasts the signature's tolerance)."""
+    key = signing.standard_key(SECRET)
     statuses: dict[int, int] = {}
     missing = 0
-    queue = iter(requests)
+    queue = iter(bodies)
     connector = aiohttp.TCPConnector(limit=senders)
     timeout = aiohttp.ClientTimeout(total=120)
 
@@ -270,8 +271,9 @@ async def post_each(
 
         async def sender() -> None:
             nonlocal missing
-            for body, headers in queue:
+            for body in queue:
                 while True:
+                    headers = signed(body, key)
                     async with http.post(url + "/v1/events", data=body, headers=headers) as answer:
                         await answer.read()
                         statuses[answer.status] = statuses.get(answer.status, 0) + 1
@@ -290,11 +292,9 @@ async def post_each(
 async def one_event_posts(
     figures: StoreFigures, fleet_url: str, floor_url: str, workload: Workload, posts: int
 ) -> None:
-    key = signing.standard_key(SECRET)
     bodies = workload.heartbeats(posts, first_sequence=2_000_000)
-    requests = [(body, signed(body, key)) for body in bodies]
-    floor = await post_each(floor_url, requests, SENDERS, retry_busy=False)
-    fleet = await post_each(fleet_url, requests, SENDERS, retry_busy=False)
+    floor = await post_each(floor_url, bodies, SENDERS, retry_busy=False)
+    fleet = await post_each(fleet_url, bodies, SENDERS, retry_busy=False)
     figures.floor_rps = posts / floor.seconds
     figures.posts_rps = posts / fleet.seconds
     figures.posts_statuses = fleet.statuses
@@ -328,9 +328,7 @@ async def reader(url: str, paths: list[str]) -> AsyncIterator[list[float]]:
 
 
 async def burst(url: str, proc: Proc, workload: Workload, count: int, paths: list[str]) -> Burst:
-    key = signing.standard_key(SECRET)
     bodies = workload.burst(count)
-    requests = [(body, signed(body, key)) for body in bodies]
     rss_before = float(proc.ps().memory_info().rss) / 2**20
     peak = rss_before
     stop = asyncio.Event()
@@ -345,7 +343,7 @@ async def burst(url: str, proc: Proc, workload: Workload, count: int, paths: lis
     async with reader(url, paths) as api:
         await asyncio.sleep(0.5)  # the reader is under way before the burst
         try:
-            posted = await post_each(url, requests, BURST_SENDERS, retry_busy=True)
+            posted = await post_each(url, bodies, BURST_SENDERS, retry_busy=True)
         finally:
             stop.set()
     await sampler
