@@ -156,15 +156,14 @@ async def fleet_summary(store: Store) -> dict[str, Any]:
     now = time.time()
     states: Counter[str] = Counter({"reporting": 0, "silent": 0, "retired": 0})
     providers: Counter[str] = Counter()
-    rows = await store.instance_counts(now)
-    for provider, _version, _zone, total, silent in rows:
-        states["reporting"] += total - silent
+    # Retired instances are counted apart from the silent, per group, as the page does.
+    rows = state.fleet_rows(await store.instance_counts(now), await store.retired_counts())
+    for provider, _version, _zone, total, silent, retired in rows:
+        states["reporting"] += total - silent - retired
         states["silent"] += silent
+        states["retired"] += retired
         providers[provider] += total
     counts = await store.counts()
-    # Retired instances went unheard far longer than three heartbeats: among the silent.
-    states["retired"] = min(counts.get("instances_retired", 0), states["silent"])
-    states["silent"] -= states["retired"]
     by: dict[str, Counter[str]] = {k: Counter() for k in ("provider", "zone", "kind", "status")}
     total = 0
     for provider, zone, kind, status, count in await store.notice_counts():

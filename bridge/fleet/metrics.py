@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from bridge.fleet.state import fleet_rows
 from bridge.fleet.store import IngestResult, Store, StoreError
 from bridge.infra.prometheus import Exposition, Histogram
 
@@ -153,8 +154,10 @@ async def _store_figures(out: Exposition, store: Store) -> None:
     """The figures read from the store at scrape time (right on every replica); all read
     before any is added, so a store failing midway adds none of them."""
     notices = await store.notice_counts()
-    instances = await store.instance_counts(time.time())  # kept counts, no pass over rows
+    # Kept counts, no pass over rows; the retired apart from the silent, as the summary's.
+    instances = fleet_rows(await store.instance_counts(time.time()), await store.retired_counts())
     counts: dict[str, Any] = await store.counts()
+    counts.pop("instances_retired", None)  # the state="retired" figure of fleet_instances
     attestation = await store.attestation_counts()
     out.add(
         "fleet_notices_in_force",
@@ -166,13 +169,11 @@ async def _store_figures(out: Exposition, store: Store) -> None:
         ),
     )
     states: Counter[str] = Counter({"reporting": 0, "silent": 0})
-    for *_group, total, silent in instances:
-        states["reporting"] += total - silent
+    for *_group, total, silent, retired in instances:
+        states["reporting"] += total - silent - retired
         states["silent"] += silent
-    retired = min(counts.pop("instances_retired", 0), states["silent"])
-    if retired:  # retired instances are silent ones that retention marked
-        states["silent"] -= retired
-        states["retired"] = retired
+        if retired:  # the series appears once some are
+            states["retired"] += retired
     out.add(
         "fleet_instances",
         "gauge",

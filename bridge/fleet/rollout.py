@@ -36,7 +36,7 @@ def by_version_counts(
 ) -> dict[str, dict[str, int]]:
     """`by_version` from the store's `instance_counts` rows (provider, version, zone, total,
     silent), without reading the instances; rows with a sixth figure, the retired ones
-    (`bridge.fleet.web.views.fleet_rows`: not among their silent), count them apart."""
+    (`bridge.fleet.state.fleet_rows`: not among their silent), count them apart."""
     counts: dict[str, dict[str, int]] = {}
     for _provider, version, _zone, total, silent, *retired in rows:
         row = counts.setdefault(version or UNKNOWN, {"total": 0, "reporting": 0, "silent": 0})

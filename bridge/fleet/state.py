@@ -93,3 +93,23 @@ def eligible(
         )
     preferred = next((a["instance"] for a in answers if a["eligible"]), None)
     return {"horizon_seconds": horizon, "preferred": preferred, "candidates": answers}
+
+
+#: (provider, sidecar version, zone or "", instances, silent, retired): the store's counts
+#: of instances with the retired ones apart (`fleet_rows`).
+FleetRow = tuple[str, str, str, int, int, int]
+
+
+def fleet_rows(
+    counts: Iterable[tuple[str, str, str, int, int]],
+    retired: Iterable[tuple[str, str, str, int]],
+) -> list[FleetRow]:
+    """The store's `instance_counts` with its `retired_counts` taken out of the silent:
+    retention retires instances not heard from for weeks, which the silent count holds too,
+    and a deleted VM is not an alarm."""
+    gone = {(p, v, z): n for p, v, z, n in retired}
+    rows = []
+    for provider, version, zone, total, silent in counts:
+        out = min(gone.get((provider, version, zone), 0), silent)
+        rows.append((provider, version, zone, total, silent - out, out))
+    return rows

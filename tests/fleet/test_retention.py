@@ -26,6 +26,7 @@ from bridge.fleet.service import build_store
 from bridge.fleet.store import Batch, EventQuery, NoticeFilter, Refused
 from bridge.infra.validation import ConfigError
 from bridge.pipeline.model import Status
+from tests.fleet import world
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import T0, batch, gce_vm, heartbeat, transition
 from tests.fleet.world import FLEET
@@ -271,6 +272,36 @@ async def test_the_api_shows_a_retired_instance_and_it_is_never_eligible(
             False,
             "retired: not heard from for 0 days",
         )
+
+
+async def test_the_summary_and_metrics_count_retired_instances_apart_from_the_silent(
+    fleet_service: FleetFactory,
+) -> None:
+    """A retired VM is a deleted one, not an alarm: `by_version` (to follow a rollout) and
+    `fleet_instances` count it under `retired`, and only the truly silent under `silent`."""
+    lull = heartbeat(gce_vm("lull-1"), world.minutes(-10))  # silent, heard 10 min ago
+    async with (
+        fleet_service(retention={"retire_after_days": 30 / (24 * 60)}) as service,
+        httpx.AsyncClient(base_url=service.url) as http,
+    ):
+        body = b"[" + b",".join([*FLEET, lull]) + b"]"
+        headers = {"content-type": "application/cloudevents-batch+json"}
+        assert (await http.post("/v1/events", content=body, headers=headers)).status_code == 200
+        assert service.pruner is not None
+        assert (await service.pruner.run_pass()).retired == 1  # quiet-1, an hour ago
+        summary = (await http.get("/v1/fleet/summary")).json()["instances"]
+        assert {k: summary[k] for k in ("total", "reporting", "silent", "retired")} == {
+            "total": 6,
+            "reporting": 4,
+            "silent": 1,
+            "retired": 1,
+        }
+        (version,) = summary["by_version"].values()  # every sidecar here runs this build
+        assert version == {"total": 6, "reporting": 4, "silent": 1, "retired": 1}
+        metrics = (await http.get("/metrics")).text
+        for state, n in (("reporting", 4), ("silent", 1), ("retired", 1)):
+            assert f'fleet_instances{{state="{state}"}} {n}' in metrics
+        assert 'table="instances_retired"' not in metrics  # a state, not a table
 
 
 def test_the_retention_settings_are_validated_with_their_key_named() -> None:

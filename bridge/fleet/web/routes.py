@@ -260,7 +260,7 @@ class DashboardRoutes:
             soon = self._decoded(ahead.rows)
         day, week = views.coming(soon, now)
         groups = await self.store.notice_groups(where)
-        counts = views.fleet_rows(
+        counts = state.fleet_rows(
             await self.store.instance_counts(now), await self.store.retired_counts()
         )
         mine = [

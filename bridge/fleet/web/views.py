@@ -17,6 +17,9 @@ import msgspec
 
 from bridge import contract
 from bridge.fleet.state import IN_FORCE, instance_state, zone_of
+
+# The store's counts with the retired apart, shared with the API (`bridge.fleet.state`).
+from bridge.fleet.state import FleetRow as FleetRow
 from bridge.fleet.store import ATTESTATIONS, NoticeFilter
 from bridge.infra.timeparse import parse_time
 
@@ -218,26 +221,6 @@ class Filters:
     def lists_instances(self) -> bool:
         """Whether the page lists instances (a search, an attestation or a state asked for)."""
         return bool(self.text or self.attestation or self.state)
-
-
-#: (provider, sidecar version, zone or "", instances, silent, retired): the store's counts
-#: of instances with the retired ones apart (`fleet_rows`).
-FleetRow = tuple[str, str, str, int, int, int]
-
-
-def fleet_rows(
-    counts: Iterable[tuple[str, str, str, int, int]],
-    retired: Iterable[tuple[str, str, str, int]],
-) -> list[FleetRow]:
-    """The store's `instance_counts` with its `retired_counts` taken out of the silent:
-    retention retires instances not heard from for weeks, which the silent count holds too,
-    and a deleted VM is not an alarm."""
-    gone = {(p, v, z): n for p, v, z, n in retired}
-    rows = []
-    for provider, version, zone, total, silent in counts:
-        out = min(gone.get((provider, version, zone), 0), silent)
-        rows.append((provider, version, zone, total, silent - out, out))
-    return rows
 
 
 @dataclass(frozen=True, slots=True)
