@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import Final
 
+from bridge.infra.platform import is_windows
+
 #: 128 + SIGPIPE (13): what a shell reports for a writer whose reader went away.
 EXIT_OUTPUT_CLOSED: Final = 141
 
@@ -39,7 +41,7 @@ def output_closed(exc: OSError) -> bool:
     (BrokenPipeError) anywhere, EINVAL on Windows, where a closed pipe reports that."""
     if isinstance(exc, BrokenPipeError):
         return True
-    return sys.platform == "win32" and exc.errno == errno.EINVAL
+    return is_windows() and exc.errno == errno.EINVAL
 
 
 def _stdout_is_a_pipe() -> bool:
