@@ -132,7 +132,7 @@ def render(
     browser: tuple[Summary, Summary] | None,
     counts: dict[str, int],
 ) -> str:
-    from bench.fleet_scale import commit  # it imports this module
+    from bench.procs import commit
 
     whole = rows[0][1]
     lines = [

@@ -44,7 +44,7 @@ import psutil
 
 from bench import fleet_identity
 from bench.fleet_workload import heartbeat
-from bench.procs import ROOT, Proc, spawn
+from bench.procs import ROOT, Proc, commit, spawn
 from bench.stats import Summary, summarize
 from bridge.pipeline.events import serialize, to_cloudevent
 from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status
@@ -316,7 +316,8 @@ def render(
         "# Fleet service benchmark",
         "",
         f"{sizes.instances:,} instances, {sizes.events:,} events (`python -m bench.fleet`); "
-        "the fleet service in its own process, SQLite store, signed `http` source.",
+        f"the fleet service in its own process, SQLite store, signed `http` source. Commit "
+        f"measured: {commit()}.",
         "",
         *targets_table(
             [

@@ -45,9 +45,9 @@ import psutil
 from bench.fleet import SECRET
 from bench.fleet import post_batches as post_batches_of_100
 from bench.fleet_prefill import prefill
-from bench.fleet_scale import READ_TOKEN, commit, fleet_process, read_paths, signed
+from bench.fleet_scale import READ_TOKEN, fleet_process, read_paths, signed
 from bench.fleet_workload import Workload
-from bench.procs import ROOT, Proc
+from bench.procs import ROOT, Proc, commit
 from bridge.transports import webhook_signing as signing
 from tests.support import free_port, running_as_root
 

@@ -39,9 +39,8 @@ import psutil
 
 from bench.fleet_ingest import stores
 from bench.fleet_prefill import prefill
-from bench.fleet_scale import commit
 from bench.fleet_workload import Workload
-from bench.procs import ROOT
+from bench.procs import ROOT, commit
 from bench.stats import Summary, summarize
 from bridge import contract
 from bridge.fleet import partitions

@@ -61,7 +61,7 @@ from bench.fleet_ingest import stores as throwaway_stores
 from bench.fleet_prefill import CHUNK as FILL_CHUNK
 from bench.fleet_prefill import prefill as fast_prefill
 from bench.fleet_workload import Workload
-from bench.procs import ROOT, Proc, child_env, peak_rss_mb, spawn
+from bench.procs import ROOT, Proc, child_env, commit, peak_rss_mb, spawn
 from bench.stats import Summary, summarize
 from bridge import contract
 from bridge.transports import webhook_signing as signing
@@ -540,17 +540,6 @@ async def run(
 
 def _verdict(ok: bool) -> str:
     return "pass" if ok else "**miss**"
-
-
-def commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "bridge", "sinks")
-    return f"{head}{' with uncommitted changes to bridge/ or sinks/' if dirty else ''}"
 
 
 def store_table(f: StoreFigures, sizes: Scale) -> list[str]:

@@ -231,3 +231,17 @@ def stopped_on_exit(procs: list[Proc]) -> Iterator[list[Proc]]:
             if proc.process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.process.kill()
+
+
+def commit() -> str:
+    """The checkout's commit, for a report to name what it measured; marked when the code
+    measured (`bridge/`, `sinks/`) differs from it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "bridge", "sinks")
+    return f"{head}{' with uncommitted changes to bridge/ or sinks/' if dirty else ''}"
