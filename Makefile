@@ -61,7 +61,7 @@ bench-fleet: $(BIN)/.installed
 	$(BIN)/python -m bench.fleet
 
 # The fleet at 100,000 VMs and 1,000,000 events, SQLite and PostgreSQL side by side (issue 33;
-# about 40 minutes on 2 cores): bench/results/fleet-scale.md and fleet-scale.png. Smaller:
+# about 10 minutes on 2 cores): bench/results/fleet-scale.md and fleet-scale.png. Smaller:
 # `python -m bench.fleet_scale --instances 20000 --events 200000`.
 .PHONY: bench-fleet-scale
 bench-fleet-scale: $(BIN)/.installed

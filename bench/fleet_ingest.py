@@ -48,7 +48,7 @@ import httpx
 import psutil
 
 from bench.drain import environment
-from bench.procs import ROOT
+from bench.procs import ROOT, commit
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
 from bridge.pipeline.model import Status
@@ -443,7 +443,8 @@ def render(figures: list[Figure], notes: list[str], cores: int, load: float) -> 
     lines = [
         "# Fleet service: ingest rate",
         "",
-        f"`python -m bench.fleet_ingest` on {cores} core(s), host load {load:.1f} at the start",
+        f"`python -m bench.fleet_ingest` at commit {commit()} on {cores} core(s), host load "
+        f"{load:.1f} at the start",
         "(other programs share the host: compare runs at a similar load). Distinct events into",
         "a fresh store, the fleet service in the benchmark's process. RSS is the process after",
         "the run (cumulative over the runs above it). CPU s: this process (the fleet service,",
