@@ -128,11 +128,13 @@ async def retry_until_done(
     maximum: float,
     before_sleep: Callable[[RetryCallState], None],
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    retry_after: Callable[[RetryCallState], float | None] = _no_retry_after,
 ) -> T:
     """`call` until it returns, retried on `retry_on` by this policy: the helper of every
     loop that must not give up (spooling a notice, recording an action, an approval,
-    detecting the cloud, the dispatcher's spool access). Cancellation ends it; another
-    exception propagates.
+    detecting the cloud, the dispatcher's spool access, a metadata request). Cancellation
+    ends it; another exception propagates. `retry_after` reads a wait the failure asks for
+    (a metadata server's Retry-After); by default the policy's delay applies.
 
     The first attempt runs bare: these calls sit on hot paths (every notice's commit, every
     window the dispatcher reads) and nearly always succeed, and building tenacity's retry
@@ -150,9 +152,7 @@ async def retry_until_done(
         return await call()
 
     retry = retry_if_exception_type(retry_on)
-    retrying = forever(
-        retry, initial, maximum, _no_retry_after, sleep=sleep, before_sleep=before_sleep
-    )
+    retrying = forever(retry, initial, maximum, retry_after, sleep=sleep, before_sleep=before_sleep)
     # Not `await retrying(call)`: tenacity runs a plain function (a lambda returning a
     # coroutine) without awaiting what it returns.
     async for tried in retrying:

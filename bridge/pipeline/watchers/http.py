@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypedDict, Unpack
 
-from tenacity import RetryCallState, retry_if_exception_type
+from tenacity import RetryCallState
 
-from bridge.infra.backoff import forever, parse_retry_after, retry_logger
+from bridge.infra.backoff import parse_retry_after, retry_logger, retry_until_done
 from bridge.infra.buildinfo import user_agent
 from bridge.infra.findings import METADATA_ADDRESS, Finding, dns_fix
 from bridge.infra.http1 import (
@@ -228,11 +228,10 @@ class MetadataClient:
         client's totals: the GCE watcher keeps one per key, so readiness can tell which key
         keeps failing while another succeeds.
 
-        The first attempt runs bare (as `bridge.infra.backoff.retry_until_done` does):
-        building tenacity's retry state costs about 50 us, paid by every poll and by every
-        long poll's answer on its way to the spool, while nearly every request succeeds.
-        Only a failure enters the retry loop, which counts it as attempt 1: the same
-        delays, Retry-After and log lines as without the shortcut.
+        The retry loop is `bridge.infra.backoff.retry_until_done`, whose first attempt runs
+        bare: building tenacity's retry state costs about 50 us, paid by every poll and by
+        every long poll's answer on its way to the spool, while nearly every request
+        succeeds. A failure enters the loop as attempt 1, with the server's Retry-After.
         """
 
         async def attempt() -> Response:
@@ -246,28 +245,15 @@ class MetadataClient:
                 track.succeeded()
             return response
 
-        try:
-            return await attempt()
-        except MetadataError as exc:
-            first: list[MetadataError] = [exc]
-
-        async def again() -> Response:
-            if first:
-                raise first.pop()
-            return await attempt()
-
-        retrying = forever(
-            retry_if_exception_type(MetadataError),
-            self._retry_initial,
-            self._retry_max,
-            _retry_after_of_error,
-            sleep=self._sleep,
+        return await retry_until_done(
+            attempt,
+            retry_on=MetadataError,
+            initial=self._retry_initial,
+            maximum=self._retry_max,
             before_sleep=_log_retry,
+            sleep=self._sleep,
+            retry_after=_retry_after_of_error,
         )
-        async for tried in retrying:
-            with tried:
-                return await again()
-        raise AssertionError("unreachable: stop_never")  # pragma: no cover
 
     async def _checked(
         self,
