@@ -53,6 +53,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+#: Sets the limits `fleet_process` was given (argv[1], JSON), then becomes the fleet.
+LAUNCH_LIMITED = """
+import json, os, sys
+from bridge.infra.platform import limits
+file_size, files, fixed = json.loads(sys.argv[1])
+if file_size is not None:
+    limits.set_file_size_limit(file_size)
+if files is not None:
+    limits.set_file_limit(files, files if fixed else None)
+os.execv(sys.executable, [sys.executable, "-m", "bridge", "fleet", "--config", sys.argv[2]])
+"""
+
+
 @asynccontextmanager
 async def fleet_process(
     tmp_path: Path,
@@ -72,23 +85,21 @@ async def fleet_process(
         '[[fleet.sources]]\ntype = "http"\n'
     )
 
-    def limit() -> None:
-        if file_size is not None:
-            limits.set_file_size_limit(file_size)
-        if files is not None:
-            limits.set_file_limit(files, files if fixed_files else None)
-
+    # The limits are set by a launcher that then execs the fleet, not by `preexec_fn`:
+    # Python code run between fork and exec of a multi-threaded parent (pytest holds
+    # threads of earlier tests) can deadlock or abort the child, which once killed a
+    # fleet before it was ready (SIGABRT) in CI.
+    stderr = (tmp_path / "fleet.stderr").open("wb")
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "bridge",
-        "fleet",
-        "--config",
+        "-c",
+        LAUNCH_LIMITED,
+        json.dumps([file_size, files, fixed_files]),
         str(config),
         cwd=ROOT,
-        stderr=asyncio.subprocess.DEVNULL,
-        preexec_fn=limit,  # only sets a limit: safe in the child before exec
+        stderr=stderr,
     )
+    stderr.close()  # the child holds its own copy
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
 
@@ -98,10 +109,17 @@ async def fleet_process(
                 except httpx.TransportError:
                     return False
 
-            await eventually(ready, timeout=30)
+            try:
+                await eventually(ready, timeout=30)
+            except AssertionError:
+                said = (tmp_path / "fleet.stderr").read_text(errors="replace")
+                raise AssertionError(
+                    f"the fleet was not ready (exit {process.returncode}): {said[-2000:]}"
+                ) from None
             yield http
     finally:
-        process.terminate()
+        if process.returncode is None:
+            process.terminate()
         await process.wait()
 
 
