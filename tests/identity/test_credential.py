@@ -164,15 +164,17 @@ def test_the_fleet_remembers_a_fleet_of_credentials_in_bounded_memory(
     assert held / len(tokens) * credential.CACHED < 50 * 2**20
 
 
-def test_past_its_bound_the_oldest_credential_is_checked_again(
+def test_past_its_bound_the_oldest_credentials_are_checked_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Past `CACHED`, the oldest tenth is forgotten at once; such a credential, still
+    valid, costs one PyJWT check when it comes again, and is remembered again."""
     import jwt
 
-    monkeypatch.setattr(credential, "CACHED", 2)
+    monkeypatch.setattr(credential, "CACHED", 10)
     monkeypatch.setattr(credential, "RECENT", 0)  # every check goes to the digests
     issuer = Credentials(b"k" * 32, "https://fleet", 3600)
-    first, second, third = (issuer.issue(replace(VM, id=str(n))).token for n in range(3))
+    tokens = [issuer.issue(replace(VM, id=str(n))).token for n in range(11)]
     decode = jwt.decode
     decoded: list[str] = []
 
@@ -181,10 +183,11 @@ def test_past_its_bound_the_oldest_credential_is_checked_again(
         return decode(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(jwt, "decode", counted)
-    assert [issuer.check(t).id for t in (second, third)] == ["1", "2"]
+    assert [issuer.check(t).id for t in tokens[2:]] == [str(n) for n in range(2, 11)]
     assert decoded == []
-    assert issuer.check(first).id == "0"  # dropped as the oldest, still valid: checked again
-    assert decoded == [first]
+    assert issuer.check(tokens[0]).id == "0"  # forgotten as one of the oldest, still valid
+    assert issuer.check(tokens[0]).id == "0"  # and remembered again
+    assert decoded == [tokens[0]]
 
 
 def test_a_credential_used_again_soon_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -89,8 +91,8 @@ class Credentials:
         #: `_digest(token)` -> its expiry: a sidecar sends the same credential with every
         #: post, so its signature is checked once, not per request (the module docstring).
         self._verified: dict[bytes, float] = {}
-        #: token -> (its expiry, its instance), for the `RECENT` last used.
-        self._recent: dict[str, tuple[float, Attested]] = {}
+        #: token -> (its expiry, its instance), for the `RECENT` last used, oldest first.
+        self._recent: OrderedDict[str, tuple[float, Attested]] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"Credentials(audience={self._audience!r}, ttl={self.ttl})"
@@ -170,16 +172,22 @@ class Credentials:
 
     def _remember(self, token: str, expires: float, attested: Attested) -> None:
         """`token` known good until `expires`: at most `CACHED` remembered, the oldest
-        dropped (a sidecar that still sends it costs one PyJWT check, and it is remembered
-        again)."""
+        dropped past it (a sidecar that still sends one costs a PyJWT check, and it is
+        remembered again)."""
         self._verified[_digest(token)] = expires
-        while len(self._verified) > CACHED:
-            del self._verified[next(iter(self._verified))]
+        if len(self._verified) > CACHED:
+            # The oldest tenth dropped at once, the rest copied: a dict deleted from its
+            # front one entry at a time makes each next look for its first entry longer.
+            self._verified = dict(
+                itertools.islice(
+                    self._verified.items(), len(self._verified) - CACHED * 9 // 10, None
+                )
+            )
         self._keep(token, expires, attested)
 
     def _keep(self, token: str, expires: float, attested: Attested) -> None:
         """`token` among the `RECENT` last used, with its instance (the oldest dropped)."""
-        self._recent.pop(token, None)
         self._recent[token] = (expires, attested)
+        self._recent.move_to_end(token)
         if len(self._recent) > RECENT:
-            del self._recent[next(iter(self._recent))]
+            self._recent.popitem(last=False)
