@@ -25,7 +25,9 @@ The limits (docs/fleet.md "Limits" lists them for users):
 
 from __future__ import annotations
 
+import functools
 import re
+import typing
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -47,9 +49,8 @@ _ANY: Final = msgspec.json.Decoder()
 _DIGITS_AND_SEPARATORS: Final = bytes.maketrans(b"0123456789:[,", b"\0" * 10 + b"\1" * 3)
 _BETWEEN: Final = b" \t\n\r-"
 _LONG_INTEGER: Final = b"\1" + b"\0" * 19
-#: What a time of year 1 or 9999 starts with in JSON (a time is a string: RFC 3339), and
-#: the escape that could spell one otherwise.
-_EDGE_YEARS: Final = (b'"0001-', b'"9999-', b"\\u")
+#: The years whose times may leave years 1-9999 once in UTC (an offset is less than a day).
+_EDGE_YEARS: Final = frozenset((1, 9999))
 #: The tokens that matter to find a batch's elements: strings (skipped whole), brackets, commas.
 _TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},]', re.DOTALL)
 
@@ -73,7 +74,7 @@ def event(body: bytes) -> contract.Event:
         except msgspec.DecodeError:
             pass  # not JSON: the contract says so in its own words
     value = contract.from_cloudevent(body)
-    if any(edge in body for edge in _EDGE_YEARS):
+    if _in_edge_year(value):
         check_times(value)
     data = value.data
     if isinstance(data, contract.HeartbeatData) and data.interval_seconds > MAX_HEARTBEAT_INTERVAL:
@@ -121,12 +122,53 @@ def check_tree(tree: Any) -> None:
             raise OutOfBounds(f"{path}: {value} is outside signed 64 bits")
 
 
+def _in_edge_year(item: msgspec.Struct) -> bool:
+    """Whether a time of `item` (an event, or a Struct of it) is in year 1 or 9999: only
+    such a time can leave years 1-9999 once in UTC, so `event` walks an event with
+    `check_times` only then. The time fields of each Struct type are looked up once
+    (`_timed_fields`): a heartbeat's check reads two times, not every value."""
+    for name in _timed_fields(type(item)):
+        value = getattr(item, name)
+        if isinstance(value, datetime):
+            if value.year in _EDGE_YEARS:
+                return True
+        elif isinstance(value, msgspec.Struct):
+            if _in_edge_year(value):
+                return True
+        elif value is not None:  # a collection that may hold times: let the walk look
+            return True
+    return False
+
+
+@functools.cache
+def _timed_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    """The fields of `cls` whose type may hold a time, at any depth (a union, a Struct, a
+    collection of them); `Any` decodes to JSON values, never to a time."""
+    return tuple(
+        field.name
+        for field in msgspec.structs.fields(cls)
+        if _may_hold_time(field.type, frozenset())
+    )
+
+
+def _may_hold_time(hint: Any, seen: frozenset[type]) -> bool:
+    if isinstance(hint, type):
+        if issubclass(hint, datetime):
+            return True
+        if issubclass(hint, msgspec.Struct):
+            if hint in seen:
+                return False  # a recursive Struct: its fields are being looked at already
+            inside = seen | {hint}
+            return any(_may_hold_time(f.type, inside) for f in msgspec.structs.fields(hint))
+    # a union, a collection, `Annotated`: what it is made of (a `Literal`'s values are none)
+    return any(_may_hold_time(arg, seen) for arg in typing.get_args(hint))
+
+
 def check_times(value: contract.Event) -> None:
     """Raise `OutOfBounds` unless every time of the event is within years 1-9999 in UTC.
 
     Only a time in year 1 or 9999 can leave that range once in UTC (an offset is less than
-    a day), so `event` walks the event only when its bytes hold such a year (`_EDGE_YEARS`:
-    also any `\\u` escape, which could spell one)."""
+    a day), so `event` walks the event only when it holds such a time (`_in_edge_year`)."""
     stack: list[tuple[Any, str]] = [(value, "")]
     while stack:
         item, path = stack.pop()

@@ -59,7 +59,9 @@ class IngestStats:
         self.counts[(source, "accepted")] += result.accepted
         self.counts[(source, "duplicate")] += result.duplicate
         self.counts[(source, "invalid")] += result.invalid
-        histogram = self.lag.setdefault(source, Histogram(LAG_BUCKETS))
+        histogram = self.lag.get(source)
+        if histogram is None:
+            histogram = self.lag[source] = Histogram(LAG_BUCKETS)
         for lag in result.lags:
             histogram.observe(max(0.0, lag))
 

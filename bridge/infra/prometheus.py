@@ -9,6 +9,7 @@ output with the reference parser (`prometheus_client.parser`).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -53,10 +54,9 @@ class Histogram:
     def observe(self, value: float) -> None:
         self.total += value
         self.count += 1
-        for index, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[index] += 1
-                break
+        index = bisect.bisect_left(self.buckets, value)  # the first bound >= value, in C
+        if index < len(self.counts) and value <= self.buckets[index]:  # not +Inf, not NaN
+            self.counts[index] += 1
 
     def cumulative(self) -> list[tuple[str, int]]:
         """(le, cumulative count) pairs including `+Inf`."""

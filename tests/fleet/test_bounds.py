@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,9 +24,10 @@ from bridge.fleet import bounds, connections
 from bridge.infra import platform
 from bridge.infra.platform import limits
 from bridge.pipeline.model import Status
+from tests.contract_samples import every_type
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import azure_vm, gce_vm, heartbeat, transition
-from tests.fleet.poison import nested, poison
+from tests.fleet.poison import BEFORE_1, PAST_9999, nested, poison
 from tests.support import eventually, free_port
 from tests.test_cli import ROOT
 
@@ -197,6 +199,46 @@ def test_the_fast_path_takes_long_digit_strings_and_edge_years_in_text() -> None
     event["data"]["note"] = '"9999-12-31 is far, [1,[2,[3]]] is not deep'
     for body in _respelled(json.dumps(event).encode()):
         assert bounds.event(body).data.instance.id == "92233720368547758080"
+
+
+def _times(value: Any, path: str = "") -> list[str]:
+    """The path of every time in a JSON event (`data.window.start`), as `check_times` names
+    them."""
+    if isinstance(value, dict):
+        return [
+            found
+            for key, item in value.items()
+            for found in _times(item, f"{path}.{key}" if path else key)
+        ]
+    if isinstance(value, str) and value[:4].isdigit() and "T" in value and value[-1] == "Z":
+        return [path]
+    return []
+
+
+def _set(event: dict[str, Any], path: str, value: str) -> bytes:
+    *parents, last = path.split(".")
+    node = event
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return json.dumps(event).encode()
+
+
+@pytest.mark.parametrize("event_type", sorted(every_type()))
+def test_every_time_of_every_type_is_kept_within_years_1_to_9999(event_type: str) -> None:
+    """Only a time in year 1 or 9999 is walked (`bounds._in_edge_year` reads the typed
+    event's time fields): each time of each type, a budget's and a window's included, is
+    refused past year 9999 or before year 1 in UTC, and kept at the edge within them."""
+    body = every_type()[event_type]
+    paths = _times(json.loads(body))
+    assert "time" in paths
+    assert len(paths) >= 2
+    for path in paths:
+        for out in (PAST_9999, BEFORE_1):
+            with pytest.raises(bounds.OutOfBounds, match=f"^{path}: .* outside years 1-9999"):
+                bounds.event(_set(json.loads(body), path, out))
+        for edge in ("9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z", "9999-12-31T12:00:00+05:00"):
+            assert bounds.event(_set(json.loads(body), path, edge)).type == event_type
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,14 @@ until it expires), refused when forged, expired, for another fleet, or too long.
 
 from __future__ import annotations
 
+import gc
 import time
+import tracemalloc
+from dataclasses import replace
 
 import pytest
 
+from bridge.fleet.identity import credential
 from bridge.fleet.identity.credential import MAX_LENGTH, Credentials
 from bridge.fleet.identity.model import AttestationError, Attested
 
@@ -95,3 +99,106 @@ def test_a_credential_is_checked_at_the_time_a_bus_took_its_message() -> None:
     with pytest.raises(AttestationError, match="expired"):
         credentials.check(token)
     assert credentials.check(token, at=sent) == VM  # still known: the refusal above kept it
+
+
+AZURE_VM = Attested(
+    provider="azure",
+    method="azure_msi",
+    name="web-2",
+    subscription="8c56d827-5f07-45ce-8f2b-6c5001db5c6f",
+    resource_id="/subscriptions/8c56d827-5f07-45ce-8f2b-6c5001db5c6f/resourceGroups/rg/"
+    "providers/Microsoft.Compute/virtualMachines/web-2",
+    source="/subscriptions/8c56d827-5f07-45ce-8f2b-6c5001db5c6f/resourceGroups/rg/"
+    "providers/Microsoft.Compute/virtualMachines/web-2",
+)
+AWS_VM = Attested(
+    provider="aws",
+    method="aws_iid",
+    id="i-0123456789abcdef0",
+    name="i-0123456789abcdef0",
+    zone="eu-west-1a",
+    location="eu-west-1",
+    account="123456789012",
+)
+
+
+@pytest.mark.parametrize("vm", [VM, AZURE_VM, AWS_VM], ids=lambda vm: vm.provider)
+def test_a_remembered_credential_names_its_whole_instance(vm: Attested) -> None:
+    """The fleet remembers a digest of each credential, not its instance: the instance is
+    read again from the token's payload, every name of each cloud's as it was issued."""
+    issuer = Credentials(b"k" * 32, "https://fleet", 3600)
+    replica = Credentials(b"k" * 32, "https://fleet", 3600)
+    token = issuer.issue(vm).token
+    assert issuer.check(token) == vm  # issued here: remembered from the start
+    assert replica.check(token) == vm  # verified with PyJWT
+    assert replica.check(token) == vm  # remembered
+    tampered = token.replace(".", ".x", 1)  # another token: the digest does not know it
+    with pytest.raises(AttestationError, match="invalid"):
+        replica.check(tampered)
+
+
+def test_the_fleet_remembers_a_fleet_of_credentials_in_bounded_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """100,000 sidecars, each with a renewed credential beside its last one, are all
+    remembered (none costs PyJWT's checks again), in about 150 bytes each: a digest and an
+    expiry (15 MiB for 100,000, where the tokens and their instances took some 1.5 KiB each).
+    The `RECENT` last used, kept whole besides, are 1.5 MiB at most (left out here)."""
+    assert credential.CACHED >= 2 * 100_000
+    assert credential.RECENT <= 1_024
+    monkeypatch.setattr(credential, "RECENT", 0)
+    issuer = Credentials(b"k" * 32, "https://fleet", 3600)
+    tokens = [issuer.issue(replace(VM, id=str(n), name=f"vm-{n}")).token for n in range(5_000)]
+    replica = Credentials(b"k" * 32, "https://fleet", 3600)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for token in tokens:
+            replica.check(token)
+        gc.collect()
+        held = sum(d.size_diff for d in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
+    assert held / len(tokens) < 200
+    assert held / len(tokens) * credential.CACHED < 50 * 2**20
+
+
+def test_past_its_bound_the_oldest_credentials_are_checked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past `CACHED`, the oldest tenth is forgotten at once; such a credential, still
+    valid, costs one PyJWT check when it comes again, and is remembered again."""
+    import jwt
+
+    monkeypatch.setattr(credential, "CACHED", 10)
+    monkeypatch.setattr(credential, "RECENT", 0)  # every check goes to the digests
+    issuer = Credentials(b"k" * 32, "https://fleet", 3600)
+    tokens = [issuer.issue(replace(VM, id=str(n))).token for n in range(11)]
+    decode = jwt.decode
+    decoded: list[str] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        decoded.append(str(args[0]))
+        return decode(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jwt, "decode", counted)
+    assert [issuer.check(t).id for t in tokens[2:]] == [str(n) for n in range(2, 11)]
+    assert decoded == []
+    assert issuer.check(tokens[0]).id == "0"  # forgotten as one of the oldest, still valid
+    assert issuer.check(tokens[0]).id == "0"  # and remembered again
+    assert decoded == [tokens[0]]
+
+
+def test_a_credential_used_again_soon_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last used credentials are kept with their instance (a sidecar draining its
+    spool sends one many times in a row): no digest, no payload read."""
+    issuer = Credentials(b"k" * 32, "https://fleet", 3600)
+    token = issuer.issue(VM).token
+    assert issuer.check(token) is issuer.check(token)
+
+    def unexpected(_: str) -> Attested:
+        raise AssertionError("the payload was read again")
+
+    monkeypatch.setattr(credential, "_instance", unexpected)
+    assert issuer.check(token) == VM

@@ -55,6 +55,7 @@ class IdentityGate:
         #: Per instance, the store keeps whether its latest events were attested
         #: (`Batch.attested`, from `bridge.fleet.identity.screen`).
         self.counts: Counter[tuple[str, str]] = Counter() if counts is None else counts
+        self._attested = (source, "attested")  # the key counted on every event that passes
 
     def check(
         self, credential: str | None, events: Sequence[Accepted], at: float | None = None
@@ -74,15 +75,15 @@ class IdentityGate:
         except AttestationError as exc:
             return self._refuse(401, "credential", exc.reason, len(events))
         same = comparer(attested.provider)
-        foreign = tuple(
+        foreign = [
             (i, why)
             for i, a in enumerate(events)
             if (why := mismatch(attested, a.event, same)) is not None
-        )
-        self.counts[(self._source, "attested")] += len(events) - len(foreign)
+        ]
+        self.counts[self._attested] += len(events) - len(foreign)
         if foreign:
             self.counts[(self._source, "refused_binding")] += len(foreign)
-            return Verdict(403, foreign[0][1], foreign, attested)
+            return Verdict(403, foreign[0][1], tuple(foreign), attested)
         return Verdict(attested=attested)
 
     def _refuse(self, status: int, kind: str, reason: str, count: int) -> Verdict:
