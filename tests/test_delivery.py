@@ -13,7 +13,7 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.pipeline import spool as spool_module
-from bridge.pipeline import spool_outbox
+from bridge.pipeline import spool_outbox, spool_records
 from bridge.pipeline.dispatch import READ_AHEAD, Dispatcher
 from bridge.pipeline.events import serialize
 from bridge.pipeline.spool import DB_NAME, NewEvent, Spool, SpoolError
@@ -345,6 +345,24 @@ async def test_stop_returns_within_the_deadline_and_keeps_the_backlog(spool: Spo
     delivered = len(slow.events)
     assert delivered < 50
     assert (await spool.depth())["a"][0] == 50 - delivered  # the rest is kept, none lost
+
+
+async def test_an_acknowledgement_larger_than_a_statement_takes_every_event_out(
+    spool: Spool,
+) -> None:
+    """Acknowledgements are written a chunk of events per statement: one past the chunk size
+    leaves nothing behind, and a body another sink still waits for is kept."""
+    count = spool_records.CHUNK * 2 + 1
+    seqs = await spool.commit(rows(sample_events(count)))
+    await spool.ack("a", seqs)
+    depth = await spool.depth()
+    assert "a" not in depth
+    assert depth["b"][0] == count
+    assert [e.seq for e in await spool.pending("b", limit=count)] == seqs  # bodies kept for b
+    await spool.ack("b", seqs[1:])
+    assert [e.seq for e in await spool.pending("b", limit=count)] == seqs[:1]
+    bodies = await spool._run(lambda db: db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+    assert bodies == 1  # the others no sink needs any more
 
 
 async def test_checkpoint_and_events_commit_together(spool: Spool) -> None:

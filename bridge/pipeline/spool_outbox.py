@@ -19,7 +19,7 @@ from typing import Any
 
 from bridge.pipeline import spool_state
 from bridge.pipeline.spool_dead_letters import bound_queues, collect
-from bridge.pipeline.spool_records import NewEvent, Spooled
+from bridge.pipeline.spool_records import NewEvent, Spooled, chunked, marks
 
 
 def commit(
@@ -63,10 +63,19 @@ def ack(db: sqlite3.Connection, sink: str, seqs: Sequence[int]) -> None:
 
     Written with `synchronous=NORMAL`: an ack lost in a power cut only means one more
     delivery of an event with the same id (at-least-once), never a loss, and it keeps the
-    drain rate high."""
+    drain rate high.
+
+    One statement per `CHUNK` events, not one per event: the dispatcher writes a window's
+    acknowledgements while it sends the next window, and every statement SQLite steps
+    hands the GIL to the event loop and back, a thread switch each way that the loop's
+    sends then wait for (about a quarter of a drain's time per event before)."""
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("BEGIN IMMEDIATE")
-    db.executemany("DELETE FROM pending WHERE sink = ? AND seq = ?", [(sink, s) for s in seqs])
+    for chunk in chunked(seqs):
+        db.execute(
+            f"DELETE FROM pending WHERE sink = ? AND seq IN ({marks(len(chunk))})",  # noqa: S608
+            (sink, *chunk),
+        )
     collect(db, seqs)
     db.execute("COMMIT")
 
