@@ -365,6 +365,28 @@ async def test_an_acknowledgement_larger_than_a_statement_takes_every_event_out(
     assert bodies == 1  # the others no sink needs any more
 
 
+async def test_acknowledgements_checkpoint_the_wal_so_notices_stop_growing_it(
+    tmp_path: Path,
+) -> None:
+    """A notice's fdatasync is cheaper into blocks the WAL already has than one that grows
+    the file: acknowledgements (off the notices' way) checkpoint it early, after which
+    SQLite writes it from its beginning again, and its size stays put."""
+    spool = Spool(tmp_path, ["a"])
+    await spool.open()
+    wal = tmp_path / (DB_NAME + "-wal")
+    sizes = []
+    try:
+        for n, event in enumerate(rows(sample_events(60))):
+            seqs = await spool.commit([event], {"gce": {"n": n}}, in_force={str(n): event.body})
+            await spool.ack("a", seqs)
+            sizes.append(wal.stat().st_size)
+    finally:
+        await spool.close()
+    frame = 4096 + 24
+    assert sizes[29] < (spool_outbox.ACK_CHECKPOINT_FRAMES + 100) * frame
+    assert sizes[-1] == sizes[29]  # no notice after the first checkpoints made it grow
+
+
 async def test_checkpoint_and_events_commit_together(spool: Spool) -> None:
     await spool.commit(rows(sample_events(1)), {"gce": {"instance/maintenance-event": {"v": 1}}})
     assert await spool.load_checkpoint("gce") == {"instance/maintenance-event": {"v": 1}}
