@@ -8,17 +8,19 @@ checks the right events arrive exactly once and nothing crashes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import cast
 
 import pytest
+from cloudevents.core.v1.event import CloudEvent
 
 from bridge.config import parse_config
 from bridge.pipeline.watchers.base import Update
 from bridge.providers.gce import watcher as gce
 from bridge.simulator import Simulator
-from tests.support import eventually, running_bridge
+from bridge.sinkapi import Result
+from tests.support import CheckedSink, eventually, running_bridge
 
 UPCOMING_CAMEL = {
     "maintenanceType": "SCHEDULED",
@@ -282,3 +284,24 @@ async def test_a_key_does_not_wait_for_ever_on_a_runner_that_is_busy(
     finally:
         await updates.aclose()
         await watcher.aclose()
+
+
+async def test_a_notice_is_sent_before_the_runners_bookkeeping(
+    gce_sim: Simulator, tmp_path: Path
+) -> None:
+    """The commit wakes the dispatcher, whose send of the notice goes first; the counters,
+    the notices in force, the log line and the actions follow at once, before the loop
+    handles any other request or answer."""
+    counted_when_sent: list[int] = []
+
+    class Sink(CheckedSink):
+        async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+            counted_when_sent.append(run.bridge.supervision.notices_seen)
+            return await super()._publish(batch)
+
+    async with running_bridge(gce_sim, tmp_path, sink=Sink("memory")) as run:
+        await run.settle(0.3)
+        gce_sim.gce.set(gce.MAINTENANCE_EVENT, "MIGRATE_ON_HOST_MAINTENANCE")
+        await run.wait_for(1)
+        assert counted_when_sent == [0]  # on its way before the runner counted it
+        assert run.bridge.supervision.notices_seen == 1  # and counted right after
