@@ -22,17 +22,22 @@ from bridge.pipeline.spool_dead_letters import bound_queues, collect
 from bridge.pipeline.spool_records import NewEvent, Spooled, chunked, marks
 
 #: WAL frames past which a commit checkpoints the WAL into the database file: a notice's
-#: commit only when the WAL is this long (SQLite's default; a sink down for long, nothing
-#: acknowledged), an acknowledgement already from `ACK_CHECKPOINT_FRAMES` on.
+#: commit and a drain's acknowledgements only when the WAL is this long (SQLite's default),
+#: the acknowledgement of a few events (notices arriving one by one) already from
+#: `ACK_CHECKPOINT_FRAMES` on.
 COMMIT_CHECKPOINT_FRAMES: Final = 1000
 #: After a checkpoint SQLite writes the WAL from its beginning again, into blocks the file
 #: already has: the fdatasync of a notice's commit then writes its data alone, where one
 #: that makes the file grow also commits the file system's journal (its size, its blocks;
 #: 40 KiB and an fdatasync alone on a busy 2-core VM's ext4, p50: 2.7 to 2.9 ms rewritten
-#: in place, 3.9 to 4.9 ms appended; `bench.drain.disk_floor`). Acknowledgements are
-#: written after their delivery, off every notice's way, so they take the checkpoints, and
-#: soon: the WAL stops growing within the first few dozen notices after a start.
+#: in place, 3.9 to 4.9 ms appended; `bench.drain.disk_floor`). The acknowledgement of a
+#: notice is written after its delivery, off every notice's way, so it takes the
+#: checkpoints, and soon: the WAL stops growing within the first few dozen notices after a
+#: start. A drain's acknowledgements do not: their checkpoints (two fsyncs each) held up
+#: the next window's read and acknowledgement.
 ACK_CHECKPOINT_FRAMES: Final = 256
+#: An acknowledgement of fewer events than this is a notice's, not a drain's.
+FEW_EVENTS: Final = 16
 
 
 def commit(
@@ -84,10 +89,13 @@ def ack(db: sqlite3.Connection, sink: str, seqs: Sequence[int]) -> None:
     hands the GIL to the event loop and back, a thread switch each way that the loop's
     sends then wait for (about a quarter of a drain's time per event before).
 
-    Its commit checkpoints the WAL once it holds `ACK_CHECKPOINT_FRAMES`, so that the
-    notices' commits write into a WAL that no longer grows."""
+    The acknowledgement of a few events checkpoints the WAL once it holds
+    `ACK_CHECKPOINT_FRAMES`, so that the notices' commits write into a WAL that no longer
+    grows."""
+    few = len(seqs) < FEW_EVENTS
+    frames = ACK_CHECKPOINT_FRAMES if few else COMMIT_CHECKPOINT_FRAMES
     db.execute("PRAGMA synchronous=NORMAL")
-    db.execute(f"PRAGMA wal_autocheckpoint={ACK_CHECKPOINT_FRAMES}")
+    db.execute(f"PRAGMA wal_autocheckpoint={frames}")
     db.execute("BEGIN IMMEDIATE")
     for chunk in chunked(seqs):
         db.execute(
