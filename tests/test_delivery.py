@@ -387,6 +387,25 @@ async def test_acknowledgements_checkpoint_the_wal_so_notices_stop_growing_it(
     assert sizes[-1] == sizes[29]  # no notice after the first checkpoints made it grow
 
 
+async def test_a_drains_acknowledgements_leave_the_checkpoints_to_sqlite(spool: Spool) -> None:
+    """A drain's windows are acknowledged many events at a time while the next window is
+    sent: a checkpoint there (two fsyncs) would hold up the worker, so they checkpoint at
+    SQLite's own 1,000 frames, like the notices' commits; a notice's acknowledgement early."""
+
+    async def checkpoints_at() -> int:
+        return int(
+            await spool._run(lambda db: db.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        )
+
+    seqs = await spool.commit(rows(sample_events(spool_outbox.FEW_EVENTS + 1)))
+    await spool.ack("a", seqs[:1])
+    assert await checkpoints_at() == spool_outbox.ACK_CHECKPOINT_FRAMES
+    await spool.ack("a", seqs[1:])
+    assert await checkpoints_at() == spool_outbox.COMMIT_CHECKPOINT_FRAMES
+    await spool.commit(rows(sample_events(1)))
+    assert await checkpoints_at() == spool_outbox.COMMIT_CHECKPOINT_FRAMES
+
+
 async def test_checkpoint_and_events_commit_together(spool: Spool) -> None:
     await spool.commit(rows(sample_events(1)), {"gce": {"instance/maintenance-event": {"v": 1}}})
     assert await spool.load_checkpoint("gce") == {"instance/maintenance-event": {"v": 1}}
