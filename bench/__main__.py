@@ -194,6 +194,7 @@ async def _startup(b: Bench) -> None:
 async def _commit_latency(b: Bench) -> None:
     step(f"spool commit: {b.sizes.commit_samples} notices")
     b.results.commit_ms = await drain.commit_latency(b.sizes.commit_samples)
+    b.results.disk_ms = await asyncio.to_thread(drain.disk_floor, b.sizes.commit_samples)
 
 
 async def _webhook_drains(b: Bench) -> None:

@@ -21,7 +21,7 @@ import pstats
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,45 @@ async def commit_latency(count: int) -> list[float]:
             await spool.commit([row], {"bench": {"n": len(timings)}})
             timings.append((time.perf_counter() - started) * 1000)
         await spool.close()
+    return timings
+
+
+#: Bytes a notice's commit adds to the WAL (its frames: the event, its queue rows, the
+#: watcher's checkpoint, the notice in force), what `disk_floor` writes per sync.
+COMMIT_BYTES = 10 * (4096 + 24)
+#: The two ways a commit's bytes reach the disk (`disk_floor`).
+REWRITTEN, APPENDED = "rewritten in place", "appended"
+
+
+def disk_floor(count: int, directory: Path | None = None) -> dict[str, list[float]]:
+    """Milliseconds per fdatasync of `COMMIT_BYTES` just written, with nothing else around
+    it (no SQLite, no thread, no event loop): what the disk alone costs a notice. Written
+    into blocks the file already has (a WAL SQLite writes again from its beginning after a
+    checkpoint) and appended (a WAL that grows: the file system's journal commits its size
+    and blocks too). The two alternate, 5 ms apart, as notices come with pauses between
+    them. Blocking: run it in a thread."""
+    sync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+    block = os.urandom(COMMIT_BYTES)
+    span = 100 * COMMIT_BYTES
+    timings: dict[str, list[float]] = {REWRITTEN: [], APPENDED: []}
+    with tempfile.TemporaryDirectory(dir=directory) as where:
+        files = {name: os.open(Path(where) / str(i), os.O_RDWR | os.O_CREAT)
+                 for i, name in enumerate(timings)}  # fmt: skip
+        try:
+            os.write(files[REWRITTEN], bytes(span))
+            os.fsync(files[REWRITTEN])
+            for n in range(count):
+                for name, fd in files.items():
+                    time.sleep(0.005)
+                    offset = (n * COMMIT_BYTES) % span if name == REWRITTEN else n * COMMIT_BYTES
+                    os.lseek(fd, offset, os.SEEK_SET)
+                    os.write(fd, block)
+                    started = time.perf_counter()
+                    sync(fd)
+                    timings[name].append((time.perf_counter() - started) * 1000)
+        finally:
+            for fd in files.values():
+                os.close(fd)
     return timings
 
 

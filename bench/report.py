@@ -51,6 +51,9 @@ class Results:
     idle: list[Idle] = field(default_factory=list)
     startup: list[Startup] = field(default_factory=list)
     commit_ms: list[float] = field(default_factory=list)
+    #: Milliseconds per fdatasync of a commit's bytes alone, by how they are written
+    #: (`bench.drain.disk_floor`): what the disk costs, below the spool.
+    disk_ms: dict[str, list[float]] = field(default_factory=dict)
     drains: list[Drain] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     import_profile: tuple[float, list[tuple[float, str]]] = (0.0, [])
@@ -355,6 +358,12 @@ def _drain(results: Results, emit: Emit) -> None:
         f"| spool commit per notice (one event + checkpoint, until fsynced), p50 / p99 | "
         f"{commit.p50:.2f} ms / {commit.p99:.2f} ms |"
     )
+    if results.disk_ms:
+        floor = {how: summarize(values).p50 for how, values in results.disk_ms.items()}
+        emit(
+            f"| the disk alone: fdatasync of a commit's bytes, p50, "
+            f"{' / '.join(floor)} | {' / '.join(f'{ms:.2f} ms' for ms in floor.values())} |"
+        )
     for item in results.drains:
         rate = f"{item.per_second:,.0f} ev/s"
         if item.name.startswith((SYNC_CLIENT, HTTP1_ALONE)):

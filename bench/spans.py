@@ -34,6 +34,9 @@ from bench.stats import Series
 WRAPPED = {
     ("bridge.runner", "Bridge", "_commit"): "update",
     ("bridge.pipeline.spool", "Spool", "commit"): "commit",
+    # on the spool's thread: any call there, the commit's transaction, its fsync
+    ("bridge.pipeline.spool", "Spool", "_call"): "call",
+    ("bridge.pipeline.spool", "spool_outbox", "commit"): "transaction",
     ("bridge.pipeline.spool", "Spool", "_fsync"): "fsync",
     ("bridge.pipeline.dispatch", "Dispatcher", "_deliver"): "deliver",
     ("sinks.webhook", "WebhookSink", "_post"): "post",
@@ -115,10 +118,12 @@ def read(path: Path) -> dict[str, list[tuple[float, float]]]:
 
 def breakdown(series: Series, path: Path) -> list[str]:
     """Median milliseconds of each step per transition of `series` (the run that wrote
-    `path`): from the server's answer to the update reaching the runner, the spool commit
-    (transaction, the waiting worker's window, fsync, all on the spool's thread) until the
-    dispatcher is woken, the hand-off to the dispatcher, the POST until the receiver holds
-    the event. The fsync's own median is reported after the steps."""
+    `path`): from the server's answer to the update reaching the runner, the events built,
+    the hand-off to the spool's thread, the transaction, the waiting worker's window read
+    after it, the fsync, the way back to the event loop (the dispatcher is woken when the
+    commit returns), the runner's bookkeeping and the dispatcher until the POST starts, the
+    POST until the receiver holds the event. The medians of the commits and fsyncs of the
+    whole run follow the steps."""
     if not path.exists():
         return ["(the bridge wrote no step timings)"]
     spans = read(path)
@@ -131,16 +136,26 @@ def breakdown(series: Series, path: Path) -> list[str]:
         held = answered + ours / 1000
         update = first_after("update", answered)
         commit = first_after("commit", update[0]) if update else None
+        if update is None or commit is None:
+            continue
+        call = first_after("call", commit[0])
+        transaction = first_after("transaction", commit[0])
+        fsync = first_after("fsync", commit[0])
         # The dispatcher is woken when the commit ends (its fsync is inside it).
-        woken = commit[1] if commit is not None else None
-        post = first_after("post", woken) if woken is not None else None
-        if update is None or woken is None or post is None:
+        post = first_after("post", commit[1])
+        if call is None or transaction is None or fsync is None or post is None:
             continue
         for name, start, end in (
             ("answer read, parsed and diffed; update to the runner", answered, update[0]),
-            ("events built, spool commit and fsync until the dispatcher is woken (SQLite, "
-             "on the spool thread)", update[0], woken),
-            ("hand-off: dispatcher woken, until the POST starts", woken, post[0]),
+            ("events built, until the spool commit starts", update[0], commit[0]),
+            ("hand-off to the spool's thread", commit[0], call[0]),
+            ("the transaction (SQLite, synchronous=NORMAL)", transaction[0], transaction[1]),
+            ("the waiting worker's window, read after it", transaction[1], fsync[0]),
+            ("fdatasync of the WAL", fsync[0], fsync[1]),
+            ("back to the event loop; the commit returns, the dispatcher is woken",
+             call[1], commit[1]),
+            ("the runner's bookkeeping, the dispatcher's turn, until the POST starts",
+             commit[1], post[0]),
             ("the POST, until the receiver holds the body", post[0], held),
         ):  # fmt: skip
             steps.setdefault(name, []).append((end - start) * 1000)

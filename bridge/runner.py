@@ -253,6 +253,10 @@ class Bridge:
             log.info("watching %s instance %s (%s)", name, instance.name, instance.source)
             async for update in watcher.watch():
                 events, plan = await self._commit(name, update)
+                # The commit woke the dispatcher: its POST of these events goes out first,
+                # the bookkeeping (counters, notices in force, the log line, actions) right
+                # after, before any other request or answer is handled.
+                await asyncio.sleep(0)
                 self.supervision.committed(name, update.notices)
                 for notice, event in zip(update.notices, events, strict=True):
                     self.in_force.remember(name, event)

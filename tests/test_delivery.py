@@ -13,7 +13,7 @@ import pytest
 from cloudevents.core.v1.event import CloudEvent
 
 from bridge.pipeline import spool as spool_module
-from bridge.pipeline import spool_outbox
+from bridge.pipeline import spool_outbox, spool_records
 from bridge.pipeline.dispatch import READ_AHEAD, Dispatcher
 from bridge.pipeline.events import serialize
 from bridge.pipeline.spool import DB_NAME, NewEvent, Spool, SpoolError
@@ -345,6 +345,65 @@ async def test_stop_returns_within_the_deadline_and_keeps_the_backlog(spool: Spo
     delivered = len(slow.events)
     assert delivered < 50
     assert (await spool.depth())["a"][0] == 50 - delivered  # the rest is kept, none lost
+
+
+async def test_an_acknowledgement_larger_than_a_statement_takes_every_event_out(
+    spool: Spool,
+) -> None:
+    """Acknowledgements are written a chunk of events per statement: one past the chunk size
+    leaves nothing behind, and a body another sink still waits for is kept."""
+    count = spool_records.CHUNK * 2 + 1
+    seqs = await spool.commit(rows(sample_events(count)))
+    await spool.ack("a", seqs)
+    depth = await spool.depth()
+    assert "a" not in depth
+    assert depth["b"][0] == count
+    assert [e.seq for e in await spool.pending("b", limit=count)] == seqs  # bodies kept for b
+    await spool.ack("b", seqs[1:])
+    assert [e.seq for e in await spool.pending("b", limit=count)] == seqs[:1]
+    bodies = await spool._run(lambda db: db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+    assert bodies == 1  # the others no sink needs any more
+
+
+async def test_acknowledgements_checkpoint_the_wal_so_notices_stop_growing_it(
+    tmp_path: Path,
+) -> None:
+    """A notice's fdatasync is cheaper into blocks the WAL already has than one that grows
+    the file: acknowledgements (off the notices' way) checkpoint it early, after which
+    SQLite writes it from its beginning again, and its size stays put."""
+    spool = Spool(tmp_path, ["a"])
+    await spool.open()
+    wal = tmp_path / (DB_NAME + "-wal")
+    sizes = []
+    try:
+        for n, event in enumerate(rows(sample_events(60))):
+            seqs = await spool.commit([event], {"gce": {"n": n}}, in_force={str(n): event.body})
+            await spool.ack("a", seqs)
+            sizes.append(wal.stat().st_size)
+    finally:
+        await spool.close()
+    frame = 4096 + 24
+    assert sizes[29] < (spool_outbox.ACK_CHECKPOINT_FRAMES + 100) * frame
+    assert sizes[-1] == sizes[29]  # no notice after the first checkpoints made it grow
+
+
+async def test_a_drains_acknowledgements_leave_the_checkpoints_to_sqlite(spool: Spool) -> None:
+    """A drain's windows are acknowledged many events at a time while the next window is
+    sent: a checkpoint there (two fsyncs) would hold up the worker, so they checkpoint at
+    SQLite's own 1,000 frames, like the notices' commits; a notice's acknowledgement early."""
+
+    async def checkpoints_at() -> int:
+        return int(
+            await spool._run(lambda db: db.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        )
+
+    seqs = await spool.commit(rows(sample_events(spool_outbox.FEW_EVENTS + 1)))
+    await spool.ack("a", seqs[:1])
+    assert await checkpoints_at() == spool_outbox.ACK_CHECKPOINT_FRAMES
+    await spool.ack("a", seqs[1:])
+    assert await checkpoints_at() == spool_outbox.COMMIT_CHECKPOINT_FRAMES
+    await spool.commit(rows(sample_events(1)))
+    assert await checkpoints_at() == spool_outbox.COMMIT_CHECKPOINT_FRAMES
 
 
 async def test_checkpoint_and_events_commit_together(spool: Spool) -> None:

@@ -7,12 +7,20 @@ checks the right events arrive exactly once and nothing crashes.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
+from typing import cast
 
 import pytest
+from cloudevents.core.v1.event import CloudEvent
 
+from bridge.config import parse_config
+from bridge.pipeline.watchers.base import Update
+from bridge.providers.gce import watcher as gce
 from bridge.simulator import Simulator
-from tests.support import running_bridge
+from bridge.sinkapi import Result
+from tests.support import CheckedSink, eventually, running_bridge
 
 UPCOMING_CAMEL = {
     "maintenanceType": "SCHEDULED",
@@ -221,3 +229,79 @@ async def test_metadata_host_environment_variable(monkeypatch: pytest.MonkeyPatc
     assert GceSource().resolved_url() == "http://127.0.0.1:8080/computeMetadata/v1/"
     explicit = validate(GceSource, {"metadata_url": "http://10.0.0.1/computeMetadata/v1"})
     assert explicit.resolved_url() == "http://10.0.0.1/computeMetadata/v1/"
+
+
+def _long_polls(sim: Simulator, key: str) -> tuple[int, int]:
+    """(answered, hanging) long polls of `key` the simulator has seen."""
+    polls = [r for r in sim.requests if r.path.endswith(key) and "last_etag" in r.query]
+    return sum(r.status is not None for r in polls), sum(r.status is None for r in polls)
+
+
+async def test_a_key_polls_again_once_its_update_is_taken(
+    gce_sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spool's commit runs on its own thread, which needs the GIL between its SQLite
+    calls: the key's next long poll is sent once the runner took the update (asked for the
+    next one), not while the notice is on its way to the disk and the sinks."""
+    monkeypatch.setattr(gce, "_HANDLED_WAIT", 30.0)  # only the taking releases the key here
+    config = parse_config({"source": {"gce": {"metadata_url": gce_sim.gce_url}}}).source.gce
+    watcher = gce.GceWatcher(gce.new_client(config), config)
+    updates = cast(AsyncGenerator[Update, None], watcher.watch())
+    try:
+        first = asyncio.ensure_future(anext(updates))
+        await eventually(lambda: _long_polls(gce_sim, gce.MAINTENANCE_EVENT) == (0, 1))
+        gce_sim.gce.set(gce.MAINTENANCE_EVENT, "MIGRATE_ON_HOST_MAINTENANCE")
+        (notice,) = (await first).notices
+        assert notice.status.value == "started"
+        await asyncio.sleep(0.2)
+        assert _long_polls(gce_sim, gce.MAINTENANCE_EVENT) == (1, 0)  # not polling yet
+
+        second = asyncio.ensure_future(anext(updates))  # the runner asks for the next
+        await eventually(lambda: _long_polls(gce_sim, gce.MAINTENANCE_EVENT) == (1, 1))
+        gce_sim.gce.set(gce.MAINTENANCE_EVENT, "NONE")
+        assert [n.status.value for n in (await second).notices] == ["completed"]
+    finally:
+        await updates.aclose()
+        await watcher.aclose()
+
+
+async def test_a_key_does_not_wait_for_ever_on_a_runner_that_is_busy(
+    gce_sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner still busy with the update (a spool that keeps failing) does not keep the
+    key from polling: a value that changed and changed back while no poll hung would come
+    back with the ETag it had, and be missed."""
+    monkeypatch.setattr(gce, "_HANDLED_WAIT", 0.05)
+    config = parse_config({"source": {"gce": {"metadata_url": gce_sim.gce_url}}}).source.gce
+    watcher = gce.GceWatcher(gce.new_client(config), config)
+    updates = cast(AsyncGenerator[Update, None], watcher.watch())
+    try:
+        first = asyncio.ensure_future(anext(updates))
+        await eventually(lambda: _long_polls(gce_sim, gce.MAINTENANCE_EVENT) == (0, 1))
+        gce_sim.gce.set(gce.MAINTENANCE_EVENT, "MIGRATE_ON_HOST_MAINTENANCE")
+        await first  # and the next update is not asked for
+        await eventually(lambda: _long_polls(gce_sim, gce.MAINTENANCE_EVENT) == (1, 1))
+    finally:
+        await updates.aclose()
+        await watcher.aclose()
+
+
+async def test_a_notice_is_sent_before_the_runners_bookkeeping(
+    gce_sim: Simulator, tmp_path: Path
+) -> None:
+    """The commit wakes the dispatcher, whose send of the notice goes first; the counters,
+    the notices in force, the log line and the actions follow at once, before the loop
+    handles any other request or answer."""
+    counted_when_sent: list[int] = []
+
+    class Sink(CheckedSink):
+        async def _publish(self, batch: Sequence[CloudEvent]) -> Result:
+            counted_when_sent.append(run.bridge.supervision.notices_seen)
+            return await super()._publish(batch)
+
+    async with running_bridge(gce_sim, tmp_path, sink=Sink("memory")) as run:
+        await run.settle(0.3)
+        gce_sim.gce.set(gce.MAINTENANCE_EVENT, "MIGRATE_ON_HOST_MAINTENANCE")
+        await run.wait_for(1)
+        assert counted_when_sent == [0]  # on its way before the runner counted it
+        assert run.bridge.supervision.notices_seen == 1  # and counted right after

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
-from bridge.pipeline.spool_records import DeadLetter
+from bridge.pipeline.spool_records import DeadLetter, chunked, marks
 
 DEFAULT_MAX_PENDING: Final = 100_000
 SPOOL_FULL: Final = "spool full: more than delivery.max_pending events waiting for this sink"
@@ -48,13 +48,14 @@ def bound_queues(
 
 def collect(db: sqlite3.Connection, seqs: Sequence[int]) -> None:
     """Inside the caller's transaction: drop event bodies that no sink needs any more (not
-    waiting in a queue, not kept as a dead letter)."""
-    db.executemany(
-        "DELETE FROM events WHERE seq = ? "
-        "AND NOT EXISTS (SELECT 1 FROM pending WHERE pending.seq = events.seq) "
-        "AND NOT EXISTS (SELECT 1 FROM dead_letters WHERE dead_letters.seq = events.seq)",
-        [(s,) for s in seqs],
-    )
+    waiting in a queue, not kept as a dead letter); one statement per `CHUNK` events."""
+    for chunk in chunked(seqs):
+        db.execute(
+            f"DELETE FROM events WHERE seq IN ({marks(len(chunk))}) "  # noqa: S608 (only ?s)
+            "AND NOT EXISTS (SELECT 1 FROM pending WHERE pending.seq = events.seq) "
+            "AND NOT EXISTS (SELECT 1 FROM dead_letters WHERE dead_letters.seq = events.seq)",
+            chunk,
+        )
 
 
 def dead_letter(

@@ -7,7 +7,13 @@ these names without importing each other in a circle.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Final
+
+#: Events per statement of a set-based write (`IN (?, ...)`): far below the 999 variables
+#: SQLite allowed before 3.32, so any SQLite a Python 3.11 links takes it.
+CHUNK: Final = 500
 
 
 class SpoolError(Exception):
@@ -48,3 +54,14 @@ class DeadLetter:
     reason: str
     attempts: int
     at: float
+
+
+def chunked(seqs: Sequence[int]) -> Iterator[Sequence[int]]:
+    """`seqs` in slices of at most `CHUNK`, for one statement each."""
+    for start in range(0, len(seqs), CHUNK):
+        yield seqs[start : start + CHUNK]
+
+
+def marks(count: int) -> str:
+    """The placeholders of an `IN` list of `count` values: "?, ?, ?"."""
+    return ", ".join("?" * count)

@@ -76,20 +76,30 @@ _FIELDS: Final = {  # snake_case variant -> camelCase variant of upcoming-mainte
 }
 
 
-#: Turns of the event loop from an update's `put` to the runner's spool commit under way:
-#: the queue's getter is woken, then `watch` (waiting on it) resumes and hands the update to
-#: the runner, which runs up to the commit's hand-off to the spool's thread.
-_HAND_OVER_TURNS: Final = 3
+#: Longest a key waits for the runner to have spooled its update before it long-polls again.
+_HANDLED_WAIT: Final = 0.25
 
 
-async def _let_the_runner_take_it() -> None:
-    """Yield until the runner has taken the update just queued (when it is waiting for one)
-    and started to spool it, before this key's next long poll is sent: sending it first put
-    that request's work, and the metadata server's turn to read it, ahead of the notice on
-    its way to the sinks. A runner still busy with an earlier update is not waited for (a
-    key that stopped polling could miss a transition), only given these few turns."""
-    for _ in range(_HAND_OVER_TURNS):
-        await asyncio.sleep(0)
+async def _until_spooled(handled: asyncio.Future[None]) -> None:
+    """Wait until the runner has spooled the update just queued (`watch` resolves `handled`
+    when the runner asks for the next one), at most `_HANDLED_WAIT`, before this key's next
+    long poll is sent.
+
+    The commit runs on the spool's thread, which needs the GIL between its SQLite calls:
+    while this loop builds and sends the next long poll, that thread waits, and so does the
+    notice (the commit started 0.9 to 1 ms after it was asked for on a busy 2-core VM). Once
+    the update is handled, the dispatcher (woken by the commit before this key) has written
+    the notice's request; the long poll goes out right behind it. Waiting longer than that
+    would be the only risk: a value that changes and changes back while no long poll hangs
+    comes back with the ETag it had and is missed, so a runner still busy (a spool that
+    keeps failing, retried with backoff) is not waited for beyond the bound."""
+    if not handled.done():
+        await asyncio.wait([handled], timeout=_HANDLED_WAIT)
+
+
+#: The keys' updates on their way to `watch`, each with the future `watch` resolves once the
+#: runner is done with it (`_until_spooled`).
+_Updates = asyncio.Queue[tuple[Update, "asyncio.Future[None]"]]
 
 
 def new_client(config: GceSource, **options: Any) -> MetadataClient:
@@ -401,7 +411,7 @@ class GceWatcher(ClientWatcher[GceSource]):
         self._checkpoint[key] = state
         return notices
 
-    async def _follow(self, key: str, queue: asyncio.Queue[Update]) -> None:
+    async def _follow(self, key: str, queue: _Updates) -> None:
         """Follow one key for ever. A value this watcher cannot turn into notices fails this
         key alone (logged, counted, and after the one policy's pause from 1 s, doubling to
         60 s, read again at once), never the other keys."""
@@ -420,9 +430,7 @@ class GceWatcher(ClientWatcher[GceSource]):
             sleep=self._sleep,
         )
 
-    async def _follow_once(
-        self, key: str, queue: asyncio.Queue[Update], progressed: Callable[[], None]
-    ) -> None:
+    async def _follow_once(self, key: str, queue: _Updates, progressed: Callable[[], None]) -> None:
         """Read `key` from scratch (no ETag), then wait on its changes, until a value cannot
         be read; `progressed` after each value applied (the next failure pauses 1 s again)."""
         etag: str | None = None
@@ -433,8 +441,9 @@ class GceWatcher(ClientWatcher[GceSource]):
             notices = self._apply(key, status, body, new_etag)
             progressed()
             if notices:
-                await queue.put(Update(tuple(notices), self.checkpoint()))
-                await _let_the_runner_take_it()
+                handled = asyncio.get_running_loop().create_future()
+                await queue.put((Update(tuple(notices), self.checkpoint()), handled))
+                await _until_spooled(handled)
             if new_etag is None:
                 # No ETag to wait on (upcoming-maintenance says "nothing" with 404/503, or an
                 # odd server): poll at a calm interval instead of spinning.
@@ -451,7 +460,7 @@ class GceWatcher(ClientWatcher[GceSource]):
 
     async def watch(self) -> AsyncIterator[Update]:
         await self.identify()
-        queue: asyncio.Queue[Update] = asyncio.Queue()
+        queue: _Updates = asyncio.Queue()
         tasks = [asyncio.create_task(self._follow(key, queue), name=key) for key in self._keys()]
         try:
             while True:
@@ -462,7 +471,12 @@ class GceWatcher(ClientWatcher[GceSource]):
                     for task in done:
                         task.result()  # a key task died: surface its exception to the runner
                     continue
-                yield getter.result()
+                update, handled = getter.result()
+                try:
+                    yield update
+                finally:  # the runner is done with it (or the watch ends)
+                    if not handled.done():
+                        handled.set_result(None)
         finally:
             for task in tasks:
                 task.cancel()
