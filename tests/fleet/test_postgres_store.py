@@ -20,7 +20,7 @@ import pytest
 from bridge.fleet import partitions, sql
 from bridge.fleet.postgres_store import READERS, PostgresStore
 from bridge.fleet.reads import Reads
-from bridge.fleet.retention import DAY, prune_heartbeats
+from bridge.fleet.retention import DAY, prune_heartbeats, retire_silent
 from bridge.fleet.store import EventQuery, InstanceQuery, NoticeFilter, StoreError
 from tests.fleet.factories import batch, gce_vm, heartbeat
 
@@ -176,6 +176,9 @@ QUERIES: dict[str, Callable[[Any], Any]] = {
     "retention: a batch of heartbeats": lambda db: prune_heartbeats(db, time.time() - DAY, 1000),
     "retention: a batch of heartbeat keys": lambda db: partitions.prune_keys(
         db, True, time.time() - DAY, 1000
+    ),
+    "retention: a walk of the instances": lambda db: retire_silent(
+        db, time.time() - 1000 * DAY, time.time(), "", 1000
     ),
 }
 
