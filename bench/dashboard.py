@@ -9,7 +9,9 @@ HTTP into a fleet service in its own process. Then:
   seconds at most), then `GET /` (everything), `GET /?zone=...` (one zone's drill-down),
   `GET /?q=...` (a search), `GET /?state=silent` (the silent instances, a page) and
   `GET /instances/<name>` (one VM's page), one at a time over a keep-alive connection,
-  p50 and p99, and the page's size.
+  p50 and p99, and the page's size; then `GET /` again right after `GET /?zoom=month`,
+  whose reach starts reading the timeline afresh in the background (as it is every hour),
+  so while that runs.
 - Page load in the browser: Debian's Chromium (Playwright, as in the tests) opens `/` in a
   fresh tab; milliseconds from navigation start until the first table (`#now`) is in the
   document, and until the load event. Skipped with a note when Chromium is not installed.
@@ -46,6 +48,7 @@ from bench.stats import Summary, summarize
 from bridge.fleet.state import zone_of
 
 RENDER_TARGET_MS: Final = 300.0
+REBUILDING: Final = "/ while the timeline is read afresh (after `?zoom=month`)"
 LOAD_TARGET_MS: Final = 500.0
 LOADS: Final = 10
 #: Navigation start to the first table, and to the load event, of one page load.
@@ -119,6 +122,13 @@ async def run(sizes: Sizes, workdir: Path) -> str:
             print(f"[bench.dashboard] timing {label}", file=sys.stderr)
             summary, size = await latency(url, path, max(5, sizes.requests // 10))
             rows.append((label, summary, size))
+        # A zoom reaching further back than the timeline read starts reading it afresh in
+        # the background (as every hour does): `/` right after, while it reads.
+        print(f"[bench.dashboard] timing {REBUILDING}", file=sys.stderr)
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            (await http.get("/?zoom=month")).raise_for_status()
+        summary, size = await latency(url, "/", max(5, sizes.requests // 10))
+        rows.insert(1, (REBUILDING, summary, size))
         print("[bench.dashboard] loading the page in Chromium", file=sys.stderr)
         browser = await browser_loads(url + "/", workdir, LOADS if sizes is FULL else 2)
         counts = await store_counts(url)
@@ -134,7 +144,8 @@ def render(
 ) -> str:
     from bench.procs import commit
 
-    whole = rows[0][1]
+    # `/`, the worse of its two rows: as it renders, and while the timeline is read afresh.
+    whole = max((r[1] for r in rows if r[0] in (rows[0][0], REBUILDING)), key=lambda s: s.p99)
     lines = [
         "# Fleet dashboard benchmark",
         "",
@@ -144,7 +155,7 @@ def render(
         *targets_table(
             [
                 (
-                    f"`/` server render p99 < {RENDER_TARGET_MS:g} ms",
+                    f"`/` server render p99 < {RENDER_TARGET_MS:g} ms (the worse of its rows)",
                     f"{whole.p99:.0f} ms",
                     whole.p99 < RENDER_TARGET_MS,
                 ),
