@@ -202,18 +202,16 @@ def prune_oldest(db: Any, table: str, cutoff: float, limit: int) -> int:
 def prune_rejected_beyond(db: Any, keep: int, limit: int) -> int:
     """The oldest refused inputs beyond the newest `keep`. How many there are is the kept
     count (`bridge.fleet.tallies`, exact: changed in the transactions that change the
-    table), so the batch reads only the rows it deletes: finding the newest `keep`-th by
-    an OFFSET walked up to 100,000 index entries in the writer's transaction each pass."""
-    row = db.execute(
-        "SELECT n FROM tallies WHERE kind = 'rejected' AND k1 = '' AND k2 = '' "
-        "AND k3 = '' AND k4 = ''"
-    ).fetchone()
-    beyond = min(limit, (row[0] if row else 0) - keep)
-    if beyond <= 0:
-        return 0
+    table), so the batch reads only the rows it deletes, where finding the newest
+    `keep`-th by an OFFSET walked up to 100,000 index entries in the writer's transaction
+    each pass. One statement, one snapshot: two replicas pruning at once delete a row
+    once, never a batch each beyond the count."""
     cursor = db.execute(
-        "DELETE FROM rejected WHERE seq IN (SELECT seq FROM rejected ORDER BY seq LIMIT ?)",
-        (beyond,),
+        "DELETE FROM rejected WHERE seq IN (SELECT seq FROM rejected ORDER BY seq LIMIT "
+        "(SELECT COALESCE(MAX(CASE WHEN n - ? <= 0 THEN 0 WHEN n - ? > ? THEN ? "
+        "ELSE n - ? END), 0) FROM tallies WHERE kind = 'rejected' AND k1 = '' AND k2 = '' "
+        "AND k3 = '' AND k4 = ''))",
+        (keep, keep, limit, limit, keep),
     )
     return _counted(db, "rejected", int(cursor.rowcount))
 
