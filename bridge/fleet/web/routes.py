@@ -49,8 +49,9 @@ PAGE: Final = 10_000
 BUILD_SPAN: Final = 3600.0
 BUILD_PAGE: Final = 500
 BUILD_SLICE: Final = 100
-#: Seconds a slice of the rebuild waits for the renders under way, at most.
-IDLE_WAIT: Final = 0.25
+#: Seconds a slice of the rebuild waits for the renders under way, at most: renders back
+#: to back still let it read a slice this often (one slice costs a render 1 to 2 ms).
+IDLE_WAIT: Final = 0.02
 #: Seconds the first page waits for the first timeline (then it says it is being read).
 FIRST_WAIT: Final = 2.0
 #: Events a render reads to bring the timeline up to date, at most; further behind (an
