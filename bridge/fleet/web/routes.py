@@ -141,10 +141,10 @@ class DashboardRoutes:
             self._building = asyncio.create_task(self._build(now, reach))
 
     async def _idle(self) -> None:
-        """Until no page is being rendered, then a turn of the loop: the rebuild's every
-        read and slice waits here, so a render never queues behind it for the store's
-        reader or for the interpreter for longer than one slice. Not for longer than
-        `IDLE_WAIT` either: renders back to back do not starve it."""
+        """Until no page (`/`, an instance's) is being rendered, then a turn of the loop:
+        the rebuild's every read and slice waits here, so a render never queues behind it
+        for the store's reader or for the interpreter for longer than one slice. Not for
+        longer than `IDLE_WAIT` either: renders back to back do not starve it."""
         if not self._quiet.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._quiet.wait(), IDLE_WAIT)
@@ -367,6 +367,12 @@ class DashboardRoutes:
         return [{**notice, "event": msgspec.json.decode(notice["event"])} for notice in rows]
 
     async def instance(self, request: web.Request) -> web.Response:
+        """One VM's page: its row, its notices and its history (a timeline being read
+        afresh meanwhile waits, as for `/`)."""
+        with self._render():
+            return await self._instance(request)
+
+    async def _instance(self, request: web.Request) -> web.Response:
         now = time.time()
         name = request.match_info["name"]
         days = _days(request.query.get("days", "7"))
