@@ -90,16 +90,21 @@ async def browser_loads(
     return summarize(first[1:]), summarize(loaded[1:])
 
 
-async def drawn(http: httpx.AsyncClient, timeout: float = 120.0) -> None:
-    """Until the page draws its timeline: the service read it at its start, before the
-    fleet was posted, and reads it again in the background once it is that far behind;
+async def drawn(http: httpx.AsyncClient, zone: str, timeout: float = 120.0) -> None:
+    """Until the page draws its whole timeline: the service read it at its start, before
+    the fleet was posted, and reads it again in the background once it is that far behind
+    (a zone's page, which draws its notices one by one, stops growing when that is done);
     the figures are of the page as it serves from then on."""
     deadline = time.monotonic() + timeout
+    sizes: list[int] = []
     while time.monotonic() < deadline:
-        if 'id="timeline-svg"' in (await http.get("/")).text:
-            return
+        text = (await http.get("/")).text
+        if 'id="timeline-svg"' in text:
+            sizes.append(len((await http.get(f"/?zone={zone}")).content))
+            if len(sizes) >= 3 and sizes[-1] == sizes[-2] == sizes[-3]:
+                return
         await asyncio.sleep(1.0)
-    raise RuntimeError(f"the page drew no timeline within {timeout:g} s")
+    raise RuntimeError(f"the page drew no whole timeline within {timeout:g} s")
 
 
 async def run(sizes: Sizes, workdir: Path) -> str:
@@ -108,8 +113,8 @@ async def run(sizes: Sizes, workdir: Path) -> str:
             started = time.perf_counter()
             (await http.get("/")).raise_for_status()
             first_render = (time.perf_counter() - started) * 1000
-            await drawn(http)
-        busy = _vm(20)
+            busy = _vm(20)
+            await drawn(http, zone_of(busy.zone, busy.location) or "")
         paths = {
             "/ (the whole fleet)": "/",
             "/?zone=... (one zone, per instance)": f"/?zone={zone_of(busy.zone, busy.location)}",
