@@ -86,6 +86,9 @@ class Capture:
     """A `?`-placeholder connection that records each statement a query runs, so the plans
     checked are those of `Reads` as it is, whatever its SQL becomes."""
 
+    #: As the store's adapter says (`Reads` asks SQLite alone some questions).
+    postgres = True
+
     def __init__(self, connection: psycopg.Connection[Any]) -> None:
         self.connection = connection
         self.statements: list[tuple[str, list[Any]]] = []
