@@ -9,7 +9,9 @@ HTTP into a fleet service in its own process. Then:
   seconds at most), then `GET /` (everything), `GET /?zone=...` (one zone's drill-down),
   `GET /?q=...` (a search), `GET /?state=silent` (the silent instances, a page) and
   `GET /instances/<name>` (one VM's page), one at a time over a keep-alive connection,
-  p50 and p99, and the page's size.
+  p50 and p99, and the page's size; then `GET /` again right after `GET /?zoom=month`,
+  whose reach starts reading the timeline afresh in the background (as it is every hour),
+  so while that runs.
 - Page load in the browser: Debian's Chromium (Playwright, as in the tests) opens `/` in a
   fresh tab; milliseconds from navigation start until the first table (`#now`) is in the
   document, and until the load event. Skipped with a note when Chromium is not installed.
@@ -46,6 +48,7 @@ from bench.stats import Summary, summarize
 from bridge.fleet.state import zone_of
 
 RENDER_TARGET_MS: Final = 300.0
+REBUILDING: Final = "/ while the timeline is read afresh (after `?zoom=month`)"
 LOAD_TARGET_MS: Final = 500.0
 LOADS: Final = 10
 #: Navigation start to the first table, and to the load event, of one page load.
@@ -87,16 +90,21 @@ async def browser_loads(
     return summarize(first[1:]), summarize(loaded[1:])
 
 
-async def drawn(http: httpx.AsyncClient, timeout: float = 120.0) -> None:
-    """Until the page draws its timeline: the service read it at its start, before the
-    fleet was posted, and reads it again in the background once it is that far behind;
+async def drawn(http: httpx.AsyncClient, zone: str, timeout: float = 120.0) -> None:
+    """Until the page draws its whole timeline: the service read it at its start, before
+    the fleet was posted, and reads it again in the background once it is that far behind
+    (a zone's page, which draws its notices one by one, stops growing when that is done);
     the figures are of the page as it serves from then on."""
     deadline = time.monotonic() + timeout
+    sizes: list[int] = []
     while time.monotonic() < deadline:
-        if 'id="timeline-svg"' in (await http.get("/")).text:
-            return
+        text = (await http.get("/")).text
+        if 'id="timeline-svg"' in text:
+            sizes.append(len((await http.get(f"/?zone={zone}")).content))
+            if len(sizes) >= 3 and sizes[-1] == sizes[-2] == sizes[-3]:
+                return
         await asyncio.sleep(1.0)
-    raise RuntimeError(f"the page drew no timeline within {timeout:g} s")
+    raise RuntimeError(f"the page drew no whole timeline within {timeout:g} s")
 
 
 async def run(sizes: Sizes, workdir: Path) -> str:
@@ -105,8 +113,8 @@ async def run(sizes: Sizes, workdir: Path) -> str:
             started = time.perf_counter()
             (await http.get("/")).raise_for_status()
             first_render = (time.perf_counter() - started) * 1000
-            await drawn(http)
-        busy = _vm(20)
+            busy = _vm(20)
+            await drawn(http, zone_of(busy.zone, busy.location) or "")
         paths = {
             "/ (the whole fleet)": "/",
             "/?zone=... (one zone, per instance)": f"/?zone={zone_of(busy.zone, busy.location)}",
@@ -119,6 +127,13 @@ async def run(sizes: Sizes, workdir: Path) -> str:
             print(f"[bench.dashboard] timing {label}", file=sys.stderr)
             summary, size = await latency(url, path, max(5, sizes.requests // 10))
             rows.append((label, summary, size))
+        # A zoom reaching further back than the timeline read starts reading it afresh in
+        # the background (as every hour does): `/` right after, while it reads.
+        print(f"[bench.dashboard] timing {REBUILDING}", file=sys.stderr)
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            (await http.get("/?zoom=month")).raise_for_status()
+        summary, size = await latency(url, "/", max(5, sizes.requests // 10))
+        rows.insert(1, (REBUILDING, summary, size))
         print("[bench.dashboard] loading the page in Chromium", file=sys.stderr)
         browser = await browser_loads(url + "/", workdir, LOADS if sizes is FULL else 2)
         counts = await store_counts(url)
@@ -134,7 +149,8 @@ def render(
 ) -> str:
     from bench.procs import commit
 
-    whole = rows[0][1]
+    # `/`, the worse of its two rows: as it renders, and while the timeline is read afresh.
+    whole = max((r[1] for r in rows if r[0] in (rows[0][0], REBUILDING)), key=lambda s: s.p99)
     lines = [
         "# Fleet dashboard benchmark",
         "",
@@ -144,7 +160,7 @@ def render(
         *targets_table(
             [
                 (
-                    f"`/` server render p99 < {RENDER_TARGET_MS:g} ms",
+                    f"`/` server render p99 < {RENDER_TARGET_MS:g} ms (the worse of its rows)",
                     f"{whole.p99:.0f} ms",
                     whole.p99 < RENDER_TARGET_MS,
                 ),

@@ -1,5 +1,6 @@
-"""`python -m bench.fleet_retention [--backlog N] [--smoke]`: a retention pass over a large
-backlog must never stall ingest or reads (issue 33, "A store that can run for years").
+"""`python -m bench.fleet_retention [--backlog N] [--stores ...] [--smoke]`: a retention pass
+over a large backlog must never stall ingest or reads (issue 33, "A store that can run for
+years").
 
 For SQLite and PostgreSQL in turn (`bench.fleet_ingest.stores`: a file, a throwaway server):
 
@@ -8,14 +9,14 @@ For SQLite and PostgreSQL in turn (`bench.fleet_ingest.stores`: a file, a throwa
    their month's partition, as a store running for years has them): heartbeats past the
    7 days they are kept, the rest past the 400 days of the audit log, and every instance
    silent long enough to retire.
-2. Baseline: for `--seconds`, an ingest loop (batches of 10 new heartbeats, one after
-   another: `Store.ingest`, a commit each) and a reader (one instance's notices, the first
-   page of instances, the counts, in turn), each call timed.
-3. The same loops while `bridge.fleet.retention.Pruner.run_pass` (the default policy:
-   transactions of at most 1,000 rows, smaller when one holds the writer over 50 ms, 50 ms
-   apart) works off the backlog, until the pass ends:
-   ingest and read latency during it against the baseline, the pass's duration and what
-   it removed.
+2. An ingest loop (batches of 10 new heartbeats, one after another: `Store.ingest`, a
+   commit each) and a reader (one instance's notices, the first page of instances, the
+   counts, in turn), each call timed, while `bridge.fleet.retention.Pruner.run_pass` (the
+   default policy) works off the backlog until the pass ends, in windows of `--window`
+   seconds that alternate: the pruner held between two batches, then let go. So "without"
+   and "during" are measured in turns in one run, under the same load of a shared host
+   (a first "without" window before the pass starts); a call is counted in the window it
+   began in, except in the first tenth of a second of each (a batch may still end then).
 
 Everything runs in this process on the store's own threads, as in `maintenance-bridge fleet`
 (the pruner, the sources and the API share the store's writer and its readers). Writes
@@ -71,13 +72,66 @@ class StoreResult:
     baseline: Loops
     during: Loops
     pass_seconds: float
+    windows: int
     report: PruneReport
     events_after: int
 
 
-async def loops(store: Store, workload: Workload, until: Callable[[], bool], first: int) -> Loops:
-    """Ingest and read, each in a loop, timed, until `until()`."""
-    found = Loops([], [])
+#: Seconds at the start of a window whose calls count in neither (a batch may still end).
+SETTLE: Final = 0.1
+
+
+class Windows:
+    """Alternating windows: the pruner held (between two batches) or let go."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.pruning = False
+        self.began = time.monotonic()
+        self.count = 0
+        self.gate = asyncio.Event()
+        #: (start, end) of each window the pruner was let go in (monotonic seconds).
+        self.let_go: list[tuple[float, float]] = []
+
+    def arm(self) -> Loops | None:
+        """The window a call beginning now counts in (None: settling)."""
+        return None if time.monotonic() - self.began < SETTLE else self.current
+
+    async def pruner_sleep(self, seconds: float) -> None:
+        """The pruner's pause between batches: it waits here while its window is closed."""
+        await asyncio.sleep(seconds)
+        await self.gate.wait()
+
+    async def alternate(self, done: Callable[[], bool]) -> None:
+        while not done():
+            await asyncio.sleep(self.seconds)
+            self.pruning = not self.pruning
+            self.current = self.during if self.pruning else self.baseline
+            now = time.monotonic()
+            if not self.pruning:
+                self.let_go.append((self.began, now))
+            self.began = now
+            self.count += self.pruning
+            if self.pruning:
+                self.gate.set()
+            else:
+                self.gate.clear()
+
+    def pruned(self, finished: float) -> float:
+        """Seconds the pruner was let go before `finished` (monotonic)."""
+        spans = [*self.let_go, *([(self.began, finished)] if self.pruning else [])]
+        return sum(max(0.0, min(end, finished) - start) for start, end in spans)
+
+    baseline: Loops
+    during: Loops
+    current: Loops
+
+
+async def loops(
+    store: Store, workload: Workload, until: Callable[[], bool], first: int, windows: Windows
+) -> None:
+    """Ingest and read, each in a loop, timed, until `until()`; each call counted in the
+    window it began in."""
     name = workload.in_force_vm(0).name
     sequence = first
 
@@ -87,9 +141,10 @@ async def loops(store: Store, workload: Workload, until: Callable[[], bool], fir
             bodies = workload.heartbeats(INGEST_BATCH, first_sequence=sequence)
             sequence += INGEST_BATCH
             accepted = [Accepted(contract.from_cloudevent(b), b) for b in bodies]
-            began = time.perf_counter()
+            arm, began = windows.arm(), time.perf_counter()
             await store.ingest(Batch(ingest="http", received_at=time.time(), accepted=accepted))
-            found.ingest.append((time.perf_counter() - began) * 1000)
+            if arm is not None:
+                arm.ingest.append((time.perf_counter() - began) * 1000)
 
     reads: list[Callable[[], Awaitable[Any]]] = [
         lambda: store.notices(NoticeFilter(instance=name)),
@@ -100,13 +155,13 @@ async def loops(store: Store, workload: Workload, until: Callable[[], bool], fir
     async def read() -> None:
         n = 0
         while not until():
-            began = time.perf_counter()
+            arm, began = windows.arm(), time.perf_counter()
             await reads[n % len(reads)]()
-            found.reads.append((time.perf_counter() - began) * 1000)
+            if arm is not None:
+                arm.reads.append((time.perf_counter() - began) * 1000)
             n += 1
 
     await asyncio.gather(ingest(), read())
-    return found
 
 
 async def measure(name: str, url: str, backlog: int, seconds: float) -> StoreResult:
@@ -122,21 +177,43 @@ async def measure(name: str, url: str, backlog: int, seconds: float) -> StoreRes
     store = build_store(url)
     await store.open()
     try:
-        log(f"{name}: baseline, {seconds:g} s")
-        deadline = time.monotonic() + seconds
-        baseline = await loops(store, workload, lambda: time.monotonic() > deadline, 5_000_000)
-        log(f"{name}: the same during a retention pass over the backlog")
+        log(f"{name}: a retention pass over the backlog, held and let go every {seconds:g} s")
         assert isinstance(store, Prunable)  # both stores are
-        pruner = Pruner(store, FleetRetention())
-        pruning = asyncio.create_task(pruner.run_pass())
-        began = time.perf_counter()
-        during = await loops(store, workload, pruning.done, 6_000_000)
+        windows = Windows(seconds)
+        windows.baseline, windows.during = Loops([], []), Loops([], [])
+        windows.current = windows.baseline
+        pruner = Pruner(store, FleetRetention(), sleep=windows.pruner_sleep)
+        finished = 0.0
+
+        async def pass_when_let_go() -> PruneReport:
+            nonlocal finished
+            await windows.gate.wait()
+            try:
+                return await pruner.run_pass()
+            finally:
+                finished = time.monotonic()
+
+        pruning = asyncio.create_task(pass_when_let_go())
+        await asyncio.gather(
+            windows.alternate(pruning.done),
+            loops(store, workload, pruning.done, 6_000_000, windows),
+        )
         report = await pruning
-        pass_seconds = time.perf_counter() - began
+        pass_seconds = windows.pruned(finished)  # the windows it was held are not its time
         events_after = (await store.counts())["events"]
     finally:
         await store.close()
-    return StoreResult(name, backlog, fill, baseline, during, pass_seconds, report, events_after)
+    return StoreResult(
+        name,
+        backlog,
+        fill,
+        windows.baseline,
+        windows.during,
+        pass_seconds,
+        windows.count,
+        report,
+        events_after,
+    )
 
 
 def _row(what: str, base: Summary, during: Summary) -> str:
@@ -153,10 +230,12 @@ def render(results: list[StoreResult], command: str, loads: tuple[float, float])
         f"`{command}`. Commit measured: {commit()}. Host: {os.cpu_count()} CPUs, load "
         f"average {loads[0]:.1f} at the start and {loads[1]:.1f} at the end. The default "
         "policy (`[fleet.retention]`: 400 days of events, 7 of heartbeats, transactions of "
-        "at most 1,000 rows, smaller when one holds the writer over 50 ms, 50 ms apart); "
-        "ingest is batches of 10 new heartbeats one after another, reads one instance's "
-        "notices, a page of 100 instances and the counts in turn, in the store's process as "
-        "in the fleet service.",
+        "at most 1,000 rows, starting at 100, smaller when one holds the writer over 20 ms "
+        "with its commit, 50 ms apart); ingest is batches of 10 new heartbeats one after "
+        "another, reads one instance's notices, a page of 100 instances and the counts in "
+        "turn, in the store's process as in the fleet service. The pruner is held and let "
+        'go in alternate windows until its pass ends: "without" and "during" are '
+        "measured in turns, under the same load.",
         "",
     ]
     for r in results:
@@ -165,7 +244,8 @@ def render(results: list[StoreResult], command: str, loads: tuple[float, float])
             f"## {r.store}",
             "",
             f"A backlog of {r.backlog:,} events received 500 days ago ({r.fill_seconds:.0f} s "
-            f"to pre-fill). The pass took {r.pass_seconds:.1f} s and removed "
+            f"to pre-fill). The pass took {r.pass_seconds:.1f} s (let go in {r.windows} "
+            "windows) and removed "
             f"{rep.heartbeats:,} heartbeats, {rep.events:,} other events row by row, "
             f"{rep.partitions} month partition(s) whole, {rep.keys:,} de-duplication keys; "
             f"retired {rep.retired:,} instances. Events left: {r.events_after:,} (what the "
@@ -184,11 +264,13 @@ def render(results: list[StoreResult], command: str, loads: tuple[float, float])
     return "\n".join(lines)
 
 
-async def run(backlog: int, seconds: float) -> list[StoreResult]:
+async def run(backlog: int, seconds: float, kinds: tuple[str, ...]) -> list[StoreResult]:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-retention-") as tmp:
-        async with stores(Path(tmp)) as available:
+        async with stores(Path(tmp), postgresql="postgresql" in kinds) as available:
             for name, new_url in available:
+                if name.lower() not in kinds:
+                    continue
                 results.append(await measure(name, new_url(), backlog, seconds))
     return results
 
@@ -196,14 +278,22 @@ async def run(backlog: int, seconds: float) -> list[StoreResult]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet_retention", description=__doc__)
     parser.add_argument("--backlog", type=int, default=100_000, help="events to prune")
-    parser.add_argument("--seconds", type=float, default=10.0, help="baseline length")
+    parser.add_argument(
+        "--window", type=float, default=2.0, help="seconds the pruner is held, then let go"
+    )
+    parser.add_argument(
+        "--stores",
+        default="sqlite,postgresql",
+        help="comma-separated: sqlite, postgresql (default both)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks it runs")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
-    backlog, seconds = (3_000, 1.0) if args.smoke else (args.backlog, args.seconds)
+    backlog, seconds = (3_000, 0.5) if args.smoke else (args.backlog, args.window)
+    kinds = tuple(k.strip().lower() for k in args.stores.split(",") if k.strip())
     words = sys.argv[1:] if argv is None else argv
     first_load = psutil.getloadavg()[0]
-    results = asyncio.run(run(backlog, seconds))
+    results = asyncio.run(run(backlog, seconds, kinds))
     command = " ".join(["python -m bench.fleet_retention", *words])
     report = render(results, command, (first_load, psutil.getloadavg()[0]))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -125,6 +125,22 @@ def _notice_where(
     )
 
 
+#: A search by a part of a name reads the trigram index (SQLite) when fewer names than this
+#: hold it (`Reads._few_named`): sorting them is quick; more are found soon in order.
+FEW_NAMED: Final = 1000
+#: Characters of a trigram: shorter parts cannot be looked up in a trigram index.
+TRIGRAM: Final = 3
+_HAS_SEARCH_TABLE: Final = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'instances_search'"
+)
+
+
+def _phrase(part: str) -> str:
+    """An FTS5 query for names holding `part`: one phrase (its quotes doubled), which the
+    trigram tokenizer matches as a substring, ignoring case."""
+    return '"' + part.replace('"', '""') + '"'
+
+
 class Reads:
     """The store's queries over a DB-API connection with `?` placeholders."""
 
@@ -264,14 +280,27 @@ class Reads:
             ("attested IS NULL", True if query.attestation == UNCHECKED else None),
             ("attested = ?", ATTESTED_VALUE.get(query.attestation or "")),
         ]
-        if query.search:
+        indexed = bool(query.search) and Reads._few_named(db, query.search or "")
+        if query.search and indexed:
+            # SQLite: the few instances whose name holds the part, from the trigram index,
+            # sorted (their rowids are the index's); or the exact source.
+            conditions.append(
+                (
+                    "(rowid IN (SELECT rowid FROM instances_search WHERE name MATCH ?) "
+                    "OR source = ?)",
+                    True,
+                )
+            )
+        elif query.search:
             # A part of the name (SQLite's LIKE ignores ASCII case; PostgreSQL's adapter
-            # makes it ILIKE) or the exact source: a scan of the names, never of the sources.
+            # makes it ILIKE, which its trigram index serves) or the exact source: on SQLite
+            # a walk of the names in the list's order, never of the sources.
             escaped = "".join(f"!{c}" if c in "!%_" else c for c in query.search)
             conditions.append(("(name LIKE ? ESCAPE '!' OR source = ?)", True))
         clause, params = _where(conditions)
         if query.search:
-            params[-2:] = [f"%{escaped}%", query.search]
+            part = _phrase(query.search) if indexed else f"%{escaped}%"
+            params[-2:] = [part, query.search]
         if query.cursor:
             keyset = "(name, source) > (?, ?)"
             clause = f"{clause} AND {keyset}" if clause else f" WHERE {keyset}"
@@ -289,6 +318,25 @@ class Reads:
         for row in page.rows:
             row["notices"] = in_force.get(row["source"], [])
         return page
+
+    @staticmethod
+    def _few_named(db: Any, part: str) -> bool:
+        """SQLite with the trigram index (`instances_search`, schema step 11)
+        and a part of three characters or more (a trigram: shorter parts walk the names,
+        which for one or two characters match many and soon fill a page): whether fewer
+        than `FEW_NAMED` names hold it. Then the page is those, sorted; more, and the walk
+        of the names in order finds a page of them soon. PostgreSQL's planner makes the
+        same choice with its trigram index and statistics."""
+        if getattr(db, "postgres", False) or len(part) < TRIGRAM:
+            return False
+        if db.execute(_HAS_SEARCH_TABLE).fetchone() is None:
+            return False  # a SQLite without FTS5's trigrams (logged at the upgrade)
+        (found,) = db.execute(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM instances_search WHERE name MATCH ? "  # noqa: S608
+            f"LIMIT {FEW_NAMED})",
+            (_phrase(part),),
+        ).fetchone()
+        return int(found) < FEW_NAMED
 
     @staticmethod
     def _few_in_state(db: Any, query: InstanceQuery) -> bool:

@@ -51,14 +51,17 @@ def transition(
     at: datetime,
     kind: Kind = Kind.REBOOT,
     not_before: datetime | None = None,
+    revision: str = "",
 ) -> bytes:
-    """The structured JSON bytes of one maintenance transition."""
+    """The structured JSON bytes of one maintenance transition (`revision`: another
+    announcement of the same status, with an event id of its own)."""
     notice = Notice(
         instance=vm,
         kind=kind,
         status=status,
         notice_id=notice_id,
         observed_at=at,
+        revision=revision,
         not_before=not_before,
         affected=(vm.name,),
     )

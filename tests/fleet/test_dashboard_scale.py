@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from bridge.fleet.service import build_store
+from bridge.fleet.store import EventPage, EventQuery
 from bridge.fleet.web import routes, views
 from tests.fleet import world
 from tests.fleet.conftest import FleetFactory
-from tests.fleet.factories import heartbeat
+from tests.fleet.factories import batch, heartbeat
 from tests.fleet.test_dashboard import page, post
 from tests.fleet.world import FLEET
 from tests.support import eventually
@@ -164,3 +168,45 @@ async def test_the_page_does_not_wait_for_the_first_timeline(
 
         await eventually(drawn)  # what the live update fetches once the store changes
         assert "db-2: reboot completed (ev-0)" in (await http.get("/")).text
+
+
+async def test_a_timeline_read_afresh_gives_way_to_the_page_being_rendered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild reads and decodes a slice at a time on the loop, and waits while a page
+    is being rendered (a worker thread decoding beside the loop took the interpreter from
+    the renders: the tail of the page at 10,000 VMs); it goes on once the page is out, and
+    a slice at a time even while pages follow one another."""
+    monkeypatch.setattr(routes, "BUILD_SLICE", 2)
+    monkeypatch.setattr(routes, "IDLE_WAIT", 60.0)
+    store = build_store(f"sqlite://{tmp_path / 'fleet.sqlite3'}")
+    await store.open()
+    try:
+        await store.ingest(batch(*FLEET))
+        dashboard = routes.DashboardRoutes(store, horizon=3600.0)
+        building = asyncio.create_task(dashboard._build(time.time(), 7 * views.DAY))
+        reads = 0
+        read = store.events
+
+        async def counted(query: EventQuery) -> EventPage:
+            nonlocal reads
+            reads += 1
+            return await read(query)
+
+        monkeypatch.setattr(store, "events", counted)
+        with dashboard._render():  # a page under way
+            for _ in range(50):
+                await asyncio.sleep(0)
+            assert (reads, building.done()) == (0, False)
+        timeline = await building
+        assert reads >= 1
+        assert any("ev-0" in key for key in timeline.bars)
+        assert timeline.counting
+        assert sum(timeline.cells.values()) > 0
+        # Pages rendered back to back do not starve it: a slice every IDLE_WAIT at least.
+        monkeypatch.setattr(routes, "IDLE_WAIT", 0.001)
+        with dashboard._render():
+            again = await dashboard._build(time.time(), 7 * views.DAY)
+        assert again.bars.keys() == timeline.bars.keys()
+    finally:
+        await store.close()

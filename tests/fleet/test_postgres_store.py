@@ -20,7 +20,7 @@ import pytest
 from bridge.fleet import partitions, sql
 from bridge.fleet.postgres_store import READERS, PostgresStore
 from bridge.fleet.reads import Reads
-from bridge.fleet.retention import DAY, prune_heartbeats
+from bridge.fleet.retention import DAY, prune_heartbeats, retire_silent
 from bridge.fleet.store import EventQuery, InstanceQuery, NoticeFilter, StoreError
 from tests.fleet.factories import batch, gce_vm, heartbeat
 
@@ -85,6 +85,9 @@ def time_now() -> Any:
 class Capture:
     """A `?`-placeholder connection that records each statement a query runs, so the plans
     checked are those of `Reads` as it is, whatever its SQL becomes."""
+
+    #: As the store's adapter says (`Reads` asks SQLite alone some questions).
+    postgres = True
 
     def __init__(self, connection: psycopg.Connection[Any]) -> None:
         self.connection = connection
@@ -176,6 +179,9 @@ QUERIES: dict[str, Callable[[Any], Any]] = {
     "retention: a batch of heartbeats": lambda db: prune_heartbeats(db, time.time() - DAY, 1000),
     "retention: a batch of heartbeat keys": lambda db: partitions.prune_keys(
         db, True, time.time() - DAY, 1000
+    ),
+    "retention: a walk of the instances": lambda db: retire_silent(
+        db, time.time() - 1000 * DAY, time.time(), "", 1000
     ),
 }
 

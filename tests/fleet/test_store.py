@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge import contract
 from bridge.fleet.service import build_store
 from bridge.fleet.store import Batch, EventQuery, NoticeFilter, Refused, Store
 from bridge.pipeline.model import Kind, Status
@@ -94,12 +95,26 @@ async def test_an_old_transition_arriving_late_never_reverts_a_newer_one(
 
 
 async def test_a_later_revision_of_the_same_status_wins(store: Store) -> None:
+    # Azure moved the maintenance while it was Scheduled: a second announcement of the same
+    # status, a revision with an event id of its own (not a duplicate of the first).
     first = transition(AZ, "ev-1", Status.SCHEDULED, at(0), not_before=at(15))
-    moved = transition(AZ, "ev-1", Status.SCHEDULED, at(5), not_before=at(30))
-    await store.ingest(batch(moved))
-    await store.ingest(batch(first))  # older, same rank: ignored
+    moved = transition(AZ, "ev-1", Status.SCHEDULED, at(5), not_before=at(30), revision="r2")
+    assert contract.from_cloudevent(first).id != contract.from_cloudevent(moved).id
+    in_order = await store.ingest(batch(first))
+    later = await store.ingest(batch(moved))
+    assert (in_order.accepted, later.accepted, later.duplicate) == (1, 1, 0)
     (notice,) = await store.notices(ALL)
+    assert notice["not_before"] == "2026-11-21T12:30:00Z"  # the later revision's
+
+    # And arriving out of order: the older revision, received last, changes nothing.
+    late = transition(AZ, "ev-2", Status.SCHEDULED, at(0), not_before=at(15))
+    newer = transition(AZ, "ev-2", Status.SCHEDULED, at(5), not_before=at(30), revision="r2")
+    await store.ingest(batch(newer))
+    older = await store.ingest(batch(late))
+    assert (older.accepted, older.duplicate) == (1, 0)  # kept in the audit log
+    (notice,) = await store.notices(NoticeFilter(instance="db-1", search="ev-2"))
     assert notice["not_before"] == "2026-11-21T12:30:00Z"
+    assert (await store.counts())["events"] == 4
 
 
 async def test_filters_select_notices_in_force(store: Store) -> None:

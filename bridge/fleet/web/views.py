@@ -443,12 +443,12 @@ class Timeline:
     def dense(self) -> bool:
         return len(self.bars) > DENSE
 
-    def recount(self) -> None:
-        """Count every bar afresh (a build adds its bars with `counting` off, then this)."""
-        self.counting = True
-        self.cells.clear()
-        for bar in self.bars.values():
-            self._count(bar, 1)
+    def count(self, bars: Iterable[Bar]) -> None:
+        """Count `bars` into the cells: a build adds its bars with `counting` off, counts
+        them a slice at a time with this, then turns `counting` on."""
+        for bar in bars:
+            for cell in _cells(bar):
+                self.cells[cell] += 1
 
     def _count(self, bar: Bar, delta: int) -> None:
         if not self.counting:
