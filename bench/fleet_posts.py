@@ -4,8 +4,9 @@ sidecar sends them, into the fleet service against a do-nothing aiohttp server.
 Every VM posts its own events one per request, many at once. This runs, one after the other
 and from the same client (this process, aiohttp, `--senders` concurrent connections):
 
-- **floor**: an aiohttp server in its own process that reads each body and answers 200 -
-  the most any aiohttp service can take from this client on this machine;
+- **floor**: `bench.fleet_floor`, an aiohttp server in its own process that reads each body
+  and answers what the fleet answers - the most any aiohttp service can take from this
+  client on this machine;
 - **fleet, one transaction per post**: `maintenance-bridge fleet` (its own process, SQLite
   store, a Standard Webhooks secret) with `[fleet.ingest] group_events = 1`, which is what
   the service did before group commit;
@@ -15,7 +16,10 @@ All three run at once and take turns, `--rounds` times (the machine's load drift
 runs; side by side in time the ratios hold).
 
 Each post is a distinct signed maintenance event (structured mode) answered only after its
-durable commit. Prints requests per second and each fleet figure as a share of the floor.
+durable commit. Prints requests per second and each fleet figure as a share of the floor
+(the median of the rounds' ratios), and each server's CPU time per request (user and
+system, all its threads, from psutil): wall rates swing with what else runs on the host,
+the CPU a request costs the server much less.
 """
 
 from __future__ import annotations
@@ -30,26 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 
 from bench.fleet import SECRET, _transition, _vm
 from bridge.pipeline.model import Status
 from bridge.transports import webhook_signing as signing
 from tests.fleet.factories import T0
 from tests.support import free_port
-
-FLOOR = """
-import sys
-from aiohttp import web
-
-async def handle(request):
-    await request.read()
-    return web.json_response({"accepted": 1, "duplicate": 0, "invalid": 0})
-
-app = web.Application()
-app.router.add_post("/v1/events", handle)
-app.router.add_get("/readyz", lambda request: web.json_response({"status": "ok"}))
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
-"""
 
 
 async def _ready(url: str, proc: asyncio.subprocess.Process) -> None:
@@ -113,9 +104,9 @@ def prepared(label: str, senders: int, per_sender: int) -> list[list[tuple[bytes
 
 async def _post_for(
     url: str, seconds: float, shares: list[list[tuple[bytes, dict[str, str]]]], label: str
-) -> float:
+) -> tuple[float, int]:
     """Requests per second of concurrent signed one-event posts, one sender per share, for
-    `seconds` (or until the shares are sent)."""
+    `seconds` (or until the shares are sent), and how many were answered."""
     done = 0
     stop_at = time.monotonic() + seconds
     connector = aiohttp.TCPConnector(limit=len(shares))
@@ -136,17 +127,21 @@ async def _post_for(
     async with aiohttp.ClientSession(connector=connector) as http:
         started = time.monotonic()
         await asyncio.gather(*(sender(share, http) for share in shares))
-        return done / (time.monotonic() - started)
+        return done / (time.monotonic() - started), done
 
 
-async def run(seconds: float, senders: int, rounds: int) -> list[tuple[str, list[float]]]:
-    """Requests per second of each server, `rounds` times, the servers taking turns (the
-    machine's load drifts: side by side in time, the ratios hold where single runs don't)."""
+async def run(
+    seconds: float, senders: int, rounds: int
+) -> list[tuple[str, list[tuple[float, float]]]]:
+    """Requests per second and CPU microseconds per request of each server, `rounds` times,
+    the servers taking turns (the machine's load drifts: side by side in time, the ratios
+    hold where single runs don't)."""
     with tempfile.TemporaryDirectory(prefix="bench-fleet-posts-") as tmp:
         servers: list[tuple[str, int, asyncio.subprocess.Process]] = []
         try:
             port = free_port()
-            servers.append(("floor", port, await _start(["-c", FLOOR, str(port)], port)))
+            floor = await _start(["-m", "bench.fleet_floor", str(port)], port)
+            servers.append(("floor", port, floor))
             for label, ingest in (
                 ("one transaction per post", {"group_events": 1, "group_wait": 0.0}),
                 ("group commit", {}),
@@ -158,13 +153,17 @@ async def run(seconds: float, senders: int, rounds: int) -> list[tuple[str, list
                 args = ["-m", "bridge", "fleet", "--config", str(config)]
                 servers.append((label, port, await _start(args, port)))
             per_sender = int(seconds * 20_000 / senders) + 1
-            rates: dict[str, list[float]] = {label: [] for label, _, _ in servers}
+            rates: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in servers}
             for round_ in range(rounds):
-                for label, port, _proc in servers:
+                for label, port, proc in servers:
                     tag = f"{label[:1]}{round_}"
                     shares = prepared(tag, senders, per_sender)
                     url = f"http://127.0.0.1:{port}"
-                    rates[label].append(await _post_for(url, seconds, shares, tag))
+                    server = psutil.Process(proc.pid)
+                    cpu = sum(server.cpu_times()[:2])
+                    rate, done = await _post_for(url, seconds, shares, tag)
+                    cpu = sum(server.cpu_times()[:2]) - cpu
+                    rates[label].append((rate, cpu / max(1, done) * 1e6))
         finally:
             for _label, _port, proc in servers:
                 await _stop(proc)
@@ -178,15 +177,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--senders", type=int, default=64)
     args = parser.parse_args(argv)
     figures = asyncio.run(run(args.seconds, args.senders, args.rounds))
-    floor = statistics.median(figures[0][1])
+    floor = [rate for rate, _cpu in figures[0][1]]
     print(
         f"{args.senders} senders, signed one-event posts, {args.rounds} rounds of "
-        f"{args.seconds:g} s per server (median, and each round)"
+        f"{args.seconds:g} s per server (medians, and each round; the share of the floor is "
+        "the median of the rounds' ratios)"
     )
-    for label, rates in figures:
+    for label, rounds in figures:
+        rates = [rate for rate, _cpu in rounds]
         middle = statistics.median(rates)
+        share = statistics.median(rate / base for rate, base in zip(rates, floor, strict=True))
+        cpu = statistics.median(cpu for _rate, cpu in rounds)
         each = ", ".join(f"{rate:.0f}" for rate in rates)
-        print(f"{label:>26}: {middle:7.0f} requests/s ({middle / floor:.2f} of the floor) [{each}]")
+        print(
+            f"{label:>26}: {middle:7.0f} requests/s ({share:.2f} of the floor), "
+            f"{cpu:5.0f} us CPU per request [{each}]"
+        )
     return 0
 
 

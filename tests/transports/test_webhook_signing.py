@@ -4,6 +4,9 @@ server; tests/fleet/test_http_source.py covers them over real HTTP)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 import pytest
 
 from bridge.transports import webhook_signing as signing
@@ -77,3 +80,15 @@ def test_headers_that_cannot_verify_are_refused_before_the_body(
     with pytest.raises(signing.SignatureError, match=reason) as refused:
         verifies({**signed([KEY], binary=False), **change})
     assert refused.value.kind == kind
+
+
+def test_the_key_state_kept_per_secret_is_never_fed_by_a_signature() -> None:
+    """The HMAC starts from a copy of the key's state computed once (`_keyed`): every MAC
+    is what a fresh `hmac.new` gives, however many were made from that key before."""
+    for content in (b"", b"a.1.", BODY, b"a.1." + BODY):
+        mac = signing.hmac_sha256(KEY, content)
+        mac.update(b"more")
+        assert mac.digest() == hmac.new(KEY, content + b"more", hashlib.sha256).digest()
+    assert verifies(signed([KEY], binary=False))
+    assert not verifies(signed([OTHER], binary=False))
+    assert verifies(signed([KEY], binary=False))

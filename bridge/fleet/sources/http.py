@@ -194,7 +194,10 @@ class HttpSource:
     @staticmethod
     def _mode(request: web.Request) -> str | None:
         """The CloudEvents content mode of the request's headers, None for none."""
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        raw = request.headers.get("content-type", "")
+        if raw in (STRUCTURED, BATCH):  # what the webhook sink sends: taken as is
+            return raw
+        content_type = raw.split(";")[0].strip().lower()
         if content_type in (BATCH, STRUCTURED):
             return content_type
         if "ce-specversion" in request.headers:
@@ -240,7 +243,7 @@ class HttpSource:
         length = request.content_length
         if length is not None and length > limit:
             ingestor.stats.refused(self.name)
-            return _closing(_bad(413, f"body larger than {limit} bytes"))
+            return _too_large(limit)
         mode = self._mode(request)
         try:
             signed = self._credential(request, mode or STRUCTURED)
@@ -291,6 +294,14 @@ class HttpSource:
         without a Content-Length (`count_chunks`), into the bytes in flight; the refusal
         when it is too large, too slow, over the cap or not signed by a configured secret."""
         limit, timeout = self._config.max_body, self._config.body_timeout
+        content = request.content
+        if content.is_eof():  # all of it came with the headers (a small post): no wait
+            body = content.read_nowait()
+            if len(body) > limit:
+                return _too_large(limit)
+            if count_chunks and not hold.take(len(body)):
+                return _busy()
+            return self._verified(request, signed, body)
         chunks: list[bytes] = []
         size = 0
 
@@ -298,7 +309,7 @@ class HttpSource:
             nonlocal size
             size += len(chunk)
             if size > limit:
-                return _closing(_bad(413, f"body larger than {limit} bytes"))
+                return _too_large(limit)
             if count_chunks and not hold.take(len(chunk)):
                 return _busy()
             if signed is not None:
@@ -306,26 +317,35 @@ class HttpSource:
             chunks.append(chunk)
             return None
 
-        content = request.content
-        if content.is_eof():  # all of it came with the headers (a small post): no wait
-            refusal = take(content.read_nowait())
-            if refusal is not None:
-                return refusal
-        else:
-            try:
-                async with asyncio.timeout(timeout):
-                    async for chunk in content.iter_chunked(CHUNK):
-                        refusal = take(chunk)
-                        if refusal is not None:
-                            return refusal
-            except TimeoutError:
-                log.warning("POST %s from %s: body not in after %ss", PATH, request.remote, timeout)
-                return _closing(_bad(408, f"the body did not arrive within {timeout} s"))
-        if signed is not None and not signed.verified():
+        try:
+            async with asyncio.timeout(timeout):
+                async for chunk in content.iter_chunked(CHUNK):
+                    refusal = take(chunk)
+                    if refusal is not None:
+                        return refusal
+        except TimeoutError:
+            log.warning("POST %s from %s: body not in after %ss", PATH, request.remote, timeout)
+            return _closing(_bad(408, f"the body did not arrive within {timeout} s"))
+        return self._verified(request, signed, b"".join(chunks), fed=True)
+
+    def _verified(
+        self,
+        request: web.Request,
+        signed: signing.Verification | None,
+        body: bytes,
+        fed: bool = False,
+    ) -> bytes | web.Response:
+        """`body` when its signature verifies (or none is needed), else the refusal; `fed`:
+        the body went into the signature's HMACs as it streamed in."""
+        if signed is None:
+            return body
+        if not fed:
+            signed.update(body)
+        if not signed.verified():
             return self._refuse(
                 request, Refusal("no signature matches a configured secret", "signature")
             )
-        return b"".join(chunks)
+        return body
 
     async def _commit(
         self,
@@ -367,6 +387,11 @@ def _closing(response: web.Response) -> web.Response:
     """An answer after which the connection closes: the rest of the body is never read."""
     response.force_close()
     return response
+
+
+def _too_large(limit: int) -> web.Response:
+    """413, from Content-Length before the body is read or as it streams: never read on."""
+    return _closing(_bad(413, f"body larger than {limit} bytes"))
 
 
 def _busy() -> web.Response:
