@@ -2,14 +2,14 @@
 after the store commit.
 
 One task pulls (the unary `Pull` RPC, on a worker thread, `batch_size` messages at most per
-call) and queues what each pull returns for another task, which gathers up to `batch_size`
-messages (waiting `batch_wait` for more), commits them in one store transaction
-(`bridge.fleet.sources.bus.Committer`) and only then acknowledges them (one `Acknowledge`
-call per batch). Pulling goes on while a batch commits, `max_outstanding`
-messages held at most. Until their ack the source extends the leases of what it holds
-(`lease_extension` seconds each time), so nothing is redelivered while the store is slow; if
-the service dies before the ack, Pub/Sub redelivers and the store's (source, id) key makes
-the replay a duplicate, never a double.
+call; the same thread decodes and checks what came, while the previous batch commits) and
+queues it for another task, which gathers up to `batch_size` messages (waiting `batch_wait`
+for more), commits them in one store transaction (`bridge.fleet.sources.bus.Committer`) and
+only then acknowledges them (one `Acknowledge` call per batch). Pulling goes on while a
+batch commits, `max_outstanding` messages held at most. Until their ack the source extends
+the leases of what it holds (`lease_extension` seconds each time), so nothing is redelivered
+while the store is slow; if the service dies before the ack, Pub/Sub redelivers and the
+store's (source, id) key makes the replay a duplicate, never a double.
 
 Why not the client library's streaming pull: it hands every message through a pool of ten
 threads, acks, leases and flow-controls message by message in Python, and the emulator
@@ -63,13 +63,13 @@ class PubsubSource:
         self._config = config
         self.identity = identity
         batches = max(1, config.max_outstanding // config.batch_size - 1)
-        self._queue: asyncio.Queue[list[Any]] = asyncio.Queue(batches)
+        self._queue: asyncio.Queue[list[tuple[str, Decoded]]] = asyncio.Queue(batches)
         self._tasks: list[asyncio.Task[None]] = []
         self._subscriber: Any = None
         self._committer: Committer | None = None
         self._stream_error: str | None = "not started"
-        #: Ack id -> received message, for everything pulled and not yet acked or released.
-        self._held: dict[str, Any] = {}
+        #: Ack ids of everything pulled and not yet acked or released (in pull order).
+        self._held: dict[str, None] = {}
 
     def __repr__(self) -> str:
         return f"PubsubSource(name={self.name!r}, subscription={self._config.subscription!r})"
@@ -160,14 +160,13 @@ class PubsubSource:
             before_sleep=self._pull_failed,
         )
         while True:
-            received: list[Any] = []
+            received: list[tuple[str, Decoded]] = []
             async for attempt in retrying:
                 with attempt:
                     received = await asyncio.to_thread(self._pull_once)
             self._stream_error = None
             if received:
-                for message in received:
-                    self._held[message.ack_id] = message
+                self._held.update(dict.fromkeys(ack_id for ack_id, _ in received))
                 await self._queue.put(received)
 
     def _pull_failed(self, state: RetryCallState) -> None:
@@ -177,8 +176,10 @@ class PubsubSource:
             log.warning("source %s: cannot pull: %s; pulling again", self.name, reason)
         self._stream_error = f"not consuming: {reason}"
 
-    def _pull_once(self) -> list[Any]:
-        """Up to `batch_size` messages; none when none came within PULL_TIMEOUT."""
+    def _pull_once(self) -> list[tuple[str, Decoded]]:
+        """Up to `batch_size` messages (ack id, decoded and checked, on this worker thread
+        while the consumer commits the previous batch); none when none came within
+        PULL_TIMEOUT."""
         from google.api_core import exceptions
 
         try:
@@ -191,7 +192,8 @@ class PubsubSource:
             )
         except exceptions.DeadlineExceeded:
             return []
-        return list(response.received_messages)
+        screened = self.identity is not None and self.identity.mode != "off"
+        return [(r.ack_id, _decoded(r.message, screened)) for r in response.received_messages]
 
     async def _leases(self) -> None:
         """Extend the leases of what the source holds, `lease_extension` seconds each time,
@@ -210,10 +212,9 @@ class PubsubSource:
         config = self._config
         while True:
             received = await self._gathered()
-            ack_ids = [r.ack_id for r in received]
+            ack_ids = [ack_id for ack_id, _ in received]
             try:
-                screened = self.identity is not None and self.identity.mode != "off"
-                await committer.commit([_decoded(r.message, screened) for r in received])
+                await committer.commit([decoded for _, decoded in received])
             except Exception:  # a bug, not bad input: keep consuming, Pub/Sub redelivers
                 log.exception("source %s: cannot commit a batch; releasing it", self.name)
                 await asyncio.to_thread(self._release, ack_ids)
@@ -226,7 +227,7 @@ class PubsubSource:
                 log.warning("source %s: cannot acknowledge %d: %s", self.name, len(ack_ids), exc)
             self._forget(ack_ids)
 
-    async def _gathered(self) -> list[Any]:
+    async def _gathered(self) -> list[tuple[str, Decoded]]:
         """The next pulled batch, and those pulled within `batch_wait` after it, up to
         `batch_size` messages (a pull returns fewer than asked: 100 from the emulator)."""
         loop = asyncio.get_running_loop()
