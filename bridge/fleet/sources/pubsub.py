@@ -5,11 +5,12 @@ One task pulls (the unary `Pull` RPC, on a worker thread, `batch_size` messages 
 call; the same thread decodes and checks what came, while the previous batch commits) and
 queues it for another task, which gathers up to `batch_size` messages (waiting `batch_wait`
 for more), commits them in one store transaction (`bridge.fleet.sources.bus.Committer`) and
-only then acknowledges them (one `Acknowledge` call per batch). Pulling goes on while a
-batch commits, `max_outstanding` messages held at most. Until their ack the source extends
-the leases of what it holds (`lease_extension` seconds each time), so nothing is redelivered
-while the store is slow; if the service dies before the ack, Pub/Sub redelivers and the
-store's (source, id) key makes the replay a duplicate, never a double.
+only then acknowledges them (one `Acknowledge` call per batch, while the next batch
+commits). Pulling goes on while a batch commits, `max_outstanding` messages held at most.
+Until their ack the source extends the leases of what it holds (`lease_extension` seconds
+each time), so nothing is redelivered while the store is slow; if the service dies before
+the ack, Pub/Sub redelivers and the store's (source, id) key makes the replay a duplicate,
+never a double.
 
 Why not the client library's streaming pull: it hands every message through a pool of ten
 threads, acks, leases and flow-controls message by message in Python, and the emulator
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC
 from typing import Any, Final
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
@@ -62,7 +64,8 @@ class PubsubSource:
         self.name = config.name
         self._config = config
         self.identity = identity
-        batches = max(1, config.max_outstanding // config.batch_size - 1)
+        # Queued pulls, besides the batch committing and the one being acknowledged.
+        batches = max(1, config.max_outstanding // config.batch_size - 2)
         self._queue: asyncio.Queue[list[tuple[str, Decoded]]] = asyncio.Queue(batches)
         self._tasks: list[asyncio.Task[None]] = []
         self._subscriber: Any = None
@@ -70,6 +73,8 @@ class PubsubSource:
         self._stream_error: str | None = "not started"
         #: Ack ids of everything pulled and not yet acked or released (in pull order).
         self._held: dict[str, None] = {}
+        #: The acknowledgement of the last committed batch, while it is in flight.
+        self._acking: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"PubsubSource(name={self.name!r}, subscription={self._config.subscription!r})"
@@ -102,6 +107,9 @@ class PubsubSource:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        acking, self._acking = self._acking, None
+        if acking is not None:  # committed: acknowledged, not released
+            await asyncio.gather(acking, return_exceptions=True)
         held, self._held = list(self._held), {}
         while not self._queue.empty():
             self._queue.get_nowait()
@@ -193,7 +201,10 @@ class PubsubSource:
         except exceptions.DeadlineExceeded:
             return []
         screened = self.identity is not None and self.identity.mode != "off"
-        return [(r.ack_id, _decoded(r.message, screened)) for r in response.received_messages]
+        # The protobuf messages themselves: the client's wrappers convert each field on
+        # each access (about 15 us a message, half of what a pull's message cost here).
+        pulled = type(response).pb(response).received_messages
+        return [(r.ack_id, _decoded(r.message, screened)) for r in pulled]
 
     async def _leases(self) -> None:
         """Extend the leases of what the source holds, `lease_extension` seconds each time,
@@ -221,11 +232,18 @@ class PubsubSource:
                 self._forget(ack_ids)
                 await asyncio.sleep(config.retry_max)
                 continue
-            try:
-                await asyncio.to_thread(self._acknowledge, ack_ids)
-            except Exception as exc:  # redelivered at lease expiry: duplicates, not doubles
-                log.warning("source %s: cannot acknowledge %d: %s", self.name, len(ack_ids), exc)
-            self._forget(ack_ids)
+            # Acknowledged while the next batch is checked and committed (one ack in flight).
+            if self._acking is not None:
+                await asyncio.shield(self._acking)
+            self._acking = asyncio.create_task(self._acknowledged(ack_ids))
+
+    async def _acknowledged(self, ack_ids: list[str]) -> None:
+        """Acknowledge a committed batch (never cancelled by `stop`, which waits for it)."""
+        try:
+            await asyncio.to_thread(self._acknowledge, ack_ids)
+        except Exception as exc:  # redelivered at lease expiry: duplicates, not doubles
+            log.warning("source %s: cannot acknowledge %d: %s", self.name, len(ack_ids), exc)
+        self._forget(ack_ids)
 
     async def _gathered(self) -> list[tuple[str, Decoded]]:
         """The next pulled batch, and those pulled within `batch_wait` after it, up to
@@ -252,14 +270,14 @@ class PubsubSource:
 
 
 def _decoded(message: Any, screened: bool) -> Decoded:
-    """`screened`: the identity gate checks the credential at the publish time (set by
-    Pub/Sub when it took the message); without a gate neither is read (the publish time
-    costs a conversion of the message's protobuf timestamp)."""
+    """`message`: a protobuf `PubsubMessage`. `screened`: the identity gate checks the
+    credential at the publish time (set by Pub/Sub when it took the message); without a
+    gate neither is read."""
     attributes = message.attributes
     data = message.data
     return decode(
         data,
         lambda: message_event(data, attributes),
         message_credential(attributes) if screened else None,
-        message.publish_time if screened else None,
+        message.publish_time.ToDatetime(tzinfo=UTC) if screened else None,
     )
