@@ -66,6 +66,8 @@ EVENTHUB_PARTITIONS = 4
 
 
 PATHS: Final = ("http", "pubsub", "eventhubs", "kafka")
+#: Keys every bus source of the run gets (`--batch-size`); the bare rows take them too.
+SOURCE_OPTIONS: dict[str, Any] = {}
 STORES: Final = ("sqlite", "postgresql")
 
 
@@ -175,7 +177,7 @@ async def pubsub(url: str | None, store: str, bodies: list[bytes], emulator: Any
             return Figure(
                 "Pub/Sub bare client (no store)", store, len(bodies), seconds, rss_mb(), *spent
             )
-        source = {"type": "pubsub", "subscription": subscription}
+        source = {"type": "pubsub", "subscription": subscription, **SOURCE_OPTIONS}
         async with service(url, [source]) as fleet:
             await stored(fleet, len(bodies), timeout=600)
             seconds = time.perf_counter() - began
@@ -191,7 +193,7 @@ def bare_pull(subscription: str, count: int) -> None:
 
     from bridge.fleet.bus_config import PubsubSourceConfig
 
-    size = PubsubSourceConfig(subscription=subscription).batch_size
+    size = PubsubSourceConfig(subscription=subscription, **SOURCE_OPTIONS).batch_size
     subscriber = pubsub_v1.SubscriberClient()
     seen = 0
     deadline = time.monotonic() + 600
@@ -242,6 +244,7 @@ async def kafka(url: str | None, store: str, bodies: list[bytes], cluster: Any) 
         "bootstrap_servers": [cluster.bootstrap],
         "topic": topic,
         "group_id": f"fleet-{topic}",  # a fresh group: no departed member to wait out
+        **SOURCE_OPTIONS,
     }
     began, cpu = time.perf_counter(), cpu_seconds()
     if url is None:
@@ -305,6 +308,7 @@ async def eventhubs(url: str | None, store: str, bodies: list[bytes]) -> Figure:
             "type": "eventhubs",
             "connection_string": connection_string,
             "consumer_group": "fleet",
+            **SOURCE_OPTIONS,
         }
         began, cpu, server_cpu = time.perf_counter(), cpu_seconds(), cpu_seconds(server)
         if url is None:
@@ -538,9 +542,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also drain each bus's backlog with its client library alone (no store, no "
         "fleet): the ceiling the bus's server and client allow on this machine",
     )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        help="the bus sources' batch_size (default: theirs, 500): messages per transaction",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fleet-ingest.md")
     args = parser.parse_args(argv)
     count = args.events or (500 if args.quick else 20_000)
+    if args.batch_size:
+        SOURCE_OPTIONS["batch_size"] = args.batch_size
     paths = _choices(parser, "--paths", args.paths, PATHS)
     kinds = _choices(parser, "--stores", args.stores, STORES)
     load = psutil.getloadavg()[0]
