@@ -73,8 +73,8 @@ class PubsubSource:
         self._stream_error: str | None = "not started"
         #: Ack ids of everything pulled and not yet acked or released (in pull order).
         self._held: dict[str, None] = {}
-        #: The acknowledgement of the last committed batch, while it is in flight.
-        self._acking: asyncio.Task[None] | None = None
+        #: The acknowledgements of committed batches in flight.
+        self._acking: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"PubsubSource(name={self.name!r}, subscription={self._config.subscription!r})"
@@ -107,9 +107,8 @@ class PubsubSource:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        acking, self._acking = self._acking, None
-        if acking is not None:  # committed: acknowledged, not released
-            await asyncio.gather(acking, return_exceptions=True)
+        # Committed batches are acknowledged, not released.
+        await asyncio.gather(*self._acking, return_exceptions=True)
         held, self._held = list(self._held), {}
         while not self._queue.empty():
             self._queue.get_nowait()
@@ -232,10 +231,13 @@ class PubsubSource:
                 self._forget(ack_ids)
                 await asyncio.sleep(config.retry_max)
                 continue
-            # Acknowledged while the next batch is checked and committed (one ack in flight).
-            if self._acking is not None:
-                await asyncio.shield(self._acking)
-            self._acking = asyncio.create_task(self._acknowledged(ack_ids))
+            # Acknowledged while the next batch commits: one ack in flight when it begins.
+            acking = asyncio.create_task(self._acknowledged(ack_ids))
+            earlier = list(self._acking)
+            self._acking.add(acking)
+            acking.add_done_callback(self._acking.discard)
+            if earlier:
+                await asyncio.wait(earlier)  # never cancels them: `stop` waits for them
 
     async def _acknowledged(self, ack_ids: list[str]) -> None:
         """Acknowledge a committed batch (never cancelled by `stop`, which waits for it)."""
