@@ -10,8 +10,9 @@ Each run stores N distinct events (one maintenance transition each, spread over 
   fleet service's `pubsub` source pulls the backlog (timed from the source's start to the
   last commit);
 - **Event Hubs**: the sidecars' own Event Hubs sink sends the backlog to the test AMQP
-  server (`tests/sinks/eventhub_server.py`, 4 partitions, in this process; not timed), then
-  the fleet service's `eventhubs` source drains it;
+  server (`tests/sinks/eventhub_server.py`, 4 partitions, in a process of its own as the
+  real service is elsewhere; not timed), then the fleet service's `eventhubs` source drains
+  it;
 - **Kafka**: the same with librdkafka's mock cluster (three brokers in this process, a
   topic of 16 partitions, as the mock brokers keep only a few MB per partition): the
   events are produced first in structured mode, as the sidecars' Kafka sink writes them
@@ -21,8 +22,8 @@ each into SQLite and into a real PostgreSQL server started from the machine's bi
 (`fsync=off`, so it is the fleet service that is measured, not this VM's disk). The fleet
 service runs in this process; the emulator and PostgreSQL in their own. Figures are events
 per second, the CPU seconds this process spent during the run (the fleet service, and the
-Event Hubs server and the Kafka mock brokers, which live in it) and those the Pub/Sub
-emulator spent (its own process), and the process's RSS after the run. A part whose server
+Kafka mock brokers, which live in it) and those the Pub/Sub emulator or the Event Hubs test
+server spent (their own processes), and the process's RSS after the run. A part whose server
 is missing here is reported as skipped. Writes a Markdown table to `--out`
 (bench/results/fleet-ingest.md).
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
 import os
 import shutil
 import sys
@@ -41,6 +43,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
@@ -63,6 +66,8 @@ EVENTHUB_PARTITIONS = 4
 
 
 PATHS: Final = ("http", "pubsub", "eventhubs", "kafka")
+#: Keys every bus source of the run gets (`--batch-size`); the bare rows take them too.
+SOURCE_OPTIONS: dict[str, Any] = {}
 STORES: Final = ("sqlite", "postgresql")
 
 
@@ -172,7 +177,7 @@ async def pubsub(url: str | None, store: str, bodies: list[bytes], emulator: Any
             return Figure(
                 "Pub/Sub bare client (no store)", store, len(bodies), seconds, rss_mb(), *spent
             )
-        source = {"type": "pubsub", "subscription": subscription}
+        source = {"type": "pubsub", "subscription": subscription, **SOURCE_OPTIONS}
         async with service(url, [source]) as fleet:
             await stored(fleet, len(bodies), timeout=600)
             seconds = time.perf_counter() - began
@@ -188,7 +193,7 @@ def bare_pull(subscription: str, count: int) -> None:
 
     from bridge.fleet.bus_config import PubsubSourceConfig
 
-    size = PubsubSourceConfig(subscription=subscription).batch_size
+    size = PubsubSourceConfig(subscription=subscription, **SOURCE_OPTIONS).batch_size
     subscriber = pubsub_v1.SubscriberClient()
     seen = 0
     deadline = time.monotonic() + 600
@@ -239,6 +244,7 @@ async def kafka(url: str | None, store: str, bodies: list[bytes], cluster: Any) 
         "bootstrap_servers": [cluster.bootstrap],
         "topic": topic,
         "group_id": f"fleet-{topic}",  # a fresh group: no departed member to wait out
+        **SOURCE_OPTIONS,
     }
     began, cpu = time.perf_counter(), cpu_seconds()
     if url is None:
@@ -278,18 +284,18 @@ def bare_consume(source: dict[str, Any], count: int) -> None:
 
 
 async def eventhubs(url: str | None, store: str, bodies: list[bytes]) -> Figure:
-    """A backlog sent by the sidecars' own Event Hubs sink to the test AMQP server (in this
-    process), drained by the fleet service's `eventhubs` source into the store at `url`;
-    None: by a bare `receive_batch` of the same client and settings (no store, no fleet)."""
+    """A backlog sent by the sidecars' own Event Hubs sink to the test AMQP server (in a
+    process of its own), drained by the fleet service's `eventhubs` source into the store at
+    `url`; None: by a bare `receive_batch` of the same client and settings (no store, no
+    fleet)."""
     from bridge.infra.validation import validate
     from bridge.pipeline.events import parse
     from bridge.sinkapi import Ok
     from sinks.eventhubs import Config as SinkConfig
     from sinks.eventhubs import create
-    from tests.sinks.eventhub_server import EventHubServer
 
-    async with EventHubServer(partitions=EVENTHUB_PARTITIONS) as hub:
-        settings = {"type": "eventhubs", "connection_string": hub.connection_string}
+    async with hub_process(EVENTHUB_PARTITIONS) as (connection_string, server):
+        settings = {"type": "eventhubs", "connection_string": connection_string}
         sink = create(validate(SinkConfig, settings), "eventhubs")
         try:
             for index in range(0, len(bodies), 500):
@@ -300,19 +306,59 @@ async def eventhubs(url: str | None, store: str, bodies: list[bytes]) -> Figure:
             await sink.close(5.0)
         source = {
             "type": "eventhubs",
-            "connection_string": hub.connection_string,
+            "connection_string": connection_string,
             "consumer_group": "fleet",
+            **SOURCE_OPTIONS,
         }
-        began, cpu = time.perf_counter(), cpu_seconds()
+        began, cpu, server_cpu = time.perf_counter(), cpu_seconds(), cpu_seconds(server)
         if url is None:
             await bare_receive(source, len(bodies))
-            seconds, spent = time.perf_counter() - began, cpu_seconds() - cpu
+            seconds = time.perf_counter() - began
+            spent = cpu_seconds() - cpu, cpu_seconds(server) - server_cpu
             path = "Event Hubs bare client (no store)"
-            return Figure(path, store, len(bodies), seconds, rss_mb(), spent)
+            return Figure(path, store, len(bodies), seconds, rss_mb(), *spent)
         async with service(url, [source]) as fleet:
             await stored(fleet, len(bodies), timeout=600)
-            seconds, spent = time.perf_counter() - began, cpu_seconds() - cpu
-    return Figure("Event Hubs (test AMQP server)", store, len(bodies), seconds, rss_mb(), spent)
+            seconds = time.perf_counter() - began
+            spent = cpu_seconds() - cpu, cpu_seconds(server) - server_cpu
+    path = "Event Hubs (test AMQP server)"
+    return Figure(path, store, len(bodies), seconds, rss_mb(), *spent)
+
+
+def serve_hub(pipe: Connection, partitions: int) -> None:
+    """In a process of its own: the test Event Hubs server, its connection string sent
+    through `pipe`, until something comes back through it."""
+    from tests.sinks.eventhub_server import EventHubServer
+
+    async def serve() -> None:
+        async with EventHubServer(partitions=partitions) as hub:
+            pipe.send(hub.connection_string)
+            await asyncio.to_thread(pipe.recv)
+
+    asyncio.run(serve())
+
+
+@asynccontextmanager
+async def hub_process(partitions: int) -> AsyncIterator[tuple[str, int]]:
+    """The test Event Hubs server in a process of its own (as the service is elsewhere, its
+    CPU is the server's, not the fleet's): its connection string and process id."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    process = context.Process(target=serve_hub, args=(theirs, partitions), daemon=True)
+    process.start()
+    try:
+        if not await asyncio.to_thread(ours.poll, 120):
+            raise RuntimeError("the Event Hubs test server did not start")
+        connection_string: str = ours.recv()
+        assert process.pid is not None
+        yield connection_string, process.pid
+    finally:
+        with contextlib.suppress(OSError):
+            ours.send(None)
+        await asyncio.to_thread(process.join, 10)
+        if process.is_alive():
+            process.kill()
+            await asyncio.to_thread(process.join, 10)
 
 
 async def bare_receive(source: dict[str, Any], count: int) -> None:
@@ -448,9 +494,9 @@ def render(figures: list[Figure], notes: list[str], cores: int, load: float) -> 
         "(other programs share the host: compare runs at a similar load). Distinct events into",
         "a fresh store, the fleet service in the benchmark's process. RSS is the process after",
         "the run (cumulative over the runs above it). CPU s: this process (the fleet service,",
-        "and the Event Hubs server and Kafka's mock brokers, which run in it) during the run;",
-        "server CPU s: the Pub/Sub emulator's own process. A `bare` row (store `none`) drains",
-        "the same backlog with the bus's client library alone: the ceiling here.",
+        "and Kafka's mock brokers, which run in it) during the run; server CPU s: the Pub/Sub",
+        "emulator's or the Event Hubs test server's own process. A `bare` row (store `none`)",
+        "drains the same backlog with the bus's client library alone: the ceiling here.",
         "",
         "| path | store | events | seconds | events/s | CPU s | server CPU s | RSS MB |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -496,9 +542,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also drain each bus's backlog with its client library alone (no store, no "
         "fleet): the ceiling the bus's server and client allow on this machine",
     )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        help="the bus sources' batch_size (default: theirs, 500): messages per transaction",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fleet-ingest.md")
     args = parser.parse_args(argv)
     count = args.events or (500 if args.quick else 20_000)
+    if args.batch_size:
+        SOURCE_OPTIONS["batch_size"] = args.batch_size
     paths = _choices(parser, "--paths", args.paths, PATHS)
     kinds = _choices(parser, "--stores", args.stores, STORES)
     load = psutil.getloadavg()[0]

@@ -44,12 +44,25 @@ T = TypeVar("T")
 class Decoded:
     """One message as the structured JSON of its event, or why it cannot be one, and the
     instance credential it carries (None without one) and when the bus took it (Unix
-    seconds, stamped by the bus itself; None when it cannot vouch for a time)."""
+    seconds, stamped by the bus itself; None when it cannot vouch for a time).
+
+    `checked`: the body as the contract and the fleet's bounds found it (`check`), done
+    where the message is decoded (a pull's thread, a partition's hand-over, the Kafka
+    consumer's thread), so that it runs while the previous batch is being written (the
+    stores write on a thread of their own, their C code without the GIL); None: not yet,
+    the committer checks it."""
 
     body: bytes | None
     refused: Refused | None = None
     credential: str | None = None
     sent_at: float | None = None
+    checked: Accepted | Refused | None = None
+
+
+def check(body: bytes) -> Accepted | Refused:
+    """`body` as a valid event, or refused with the reason (`classify`, for one body)."""
+    accepted, refused = classify((body,))
+    return accepted[0] if accepted else refused[0][1]
 
 
 def decode(
@@ -58,16 +71,17 @@ def decode(
     credential: str | None = None,
     sent_at: datetime | None = None,
 ) -> Decoded:
-    """`convert()`: the message's event as structured JSON (checked later by `classify`),
-    or `raw` refused with the reason. A message is outside input: whatever its conversion
-    raises is a reason to refuse it, never a crash of the source."""
+    """`convert()`: the message's event as structured JSON, checked (`check`), or `raw`
+    refused with the reason. A message is outside input: whatever its conversion raises is
+    a reason to refuse it, never a crash of the source."""
     at = sent_at.timestamp() if sent_at is not None else None
     try:
-        return Decoded(convert(), credential=credential, sent_at=at)
+        body = convert()
     except contract.ContractError as exc:
         return Decoded(None, Refused(raw, str(exc)))
     except Exception as exc:  # a binding library refusing a malformed message
         return Decoded(None, Refused(raw, f"not a CloudEvent: {type(exc).__name__}: {exc}"))
+    return Decoded(body, None, credential, at, check(body))
 
 
 class Committer:
@@ -122,8 +136,9 @@ class Committer:
         classified at once."""
         if self.identity is None or self.identity.mode == "off":
             refused = [m.refused for m in messages if m.body is None and m.refused is not None]
-            valid, invalid = classify(m.body for m in messages if m.body is not None)
-            refused.extend(r for _, r in invalid)
+            checked = [_checked(m.checked, m.body) for m in messages if m.body is not None]
+            valid = [c for c in checked if isinstance(c, Accepted)]
+            refused.extend(c for c in checked if isinstance(c, Refused))
             return valid, refused
         accepted: list[Accepted] = []
         refused = []
@@ -132,7 +147,8 @@ class Committer:
                 if message.refused is not None:
                     refused.append(message.refused)
                 continue
-            valid, invalid = classify([message.body])
+            found = _checked(message.checked, message.body)
+            valid, invalid = ([found], []) if isinstance(found, Accepted) else ([], [(0, found)])
             gated = screen(self.identity, message.credential, valid, invalid, message.sent_at)
             accepted.extend(replace(a, attested=gated.attested) for a in gated.accepted)
             refused.extend(r for _, r in gated.refused)
@@ -148,6 +164,10 @@ class Committer:
                 error,
             )
         self.failing = str(error)
+
+
+def _checked(checked: Accepted | Refused | None, body: bytes) -> Accepted | Refused:
+    return checked if checked is not None else check(body)
 
 
 async def next_batch(queue: asyncio.Queue[T], size: int, wait: float) -> list[T]:

@@ -20,9 +20,10 @@ of every event into a duplicate.
 While the store cannot commit, the batch is retried with backoff and the partitions wait
 (their checkpoints do not move). Content modes of the CloudEvents AMQP binding, as the
 sidecars' Event Hubs sink sends them: structured (`application/cloudevents+json`, the body
-kept as received) and binary (`cloudEvents_*` application properties, rebuilt with the
-CloudEvents SDK). Anything else, or an invalid event, is refused into the rejected table and
-its position is checkpointed with the batch, so it cannot loop. With `identity` set, the
+kept as received) and binary (`cloudEvents_*` application properties: `event_body` writes the
+JSON the CloudEvents SDK binding would, without an SDK object per event). Anything else, or
+an invalid event, is refused into the rejected table and its position is checkpointed with
+the batch, so it cannot loop. With `identity` set, the
 `bridgecredential` application property is screened (`bridge.fleet.sources.bus`): a refused
 message goes to the rejected table and is checkpointed past too.
 

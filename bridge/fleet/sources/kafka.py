@@ -2,13 +2,14 @@
 
 confluent-kafka's consumer is blocking, so it lives in a thread of its own that alone calls
 it (librdkafka runs rebalance callbacks inside `consume`, on that thread). The thread takes
-up to `batch_size` messages (waiting `batch_wait` for more), decodes them and hands them to
-the event loop, where `bridge.fleet.sources.bus.Committer` commits them in one store
-transaction (retrying while the store fails). While that commit runs, the thread consumes
-and decodes the next batch; then it waits for the commit and only then commits the offsets
-following its messages to the broker (`enable.auto.commit=false`). One store commit is in
-flight at most, and the event loop is never blocked. A structured-mode message as the
-sidecars' sink writes it (its `partitionkey` inside) is stored as it came, unconverted.
+up to `batch_size` messages (waiting `batch_wait` for more), decodes and checks them (the
+contract, the bounds) and hands them to the event loop, where
+`bridge.fleet.sources.bus.Committer` commits them in one store transaction (retrying while
+the store fails). While that commit runs, the thread consumes, decodes and checks the next
+batch; then it waits for the commit and only then commits the offsets following its messages
+to the broker (`enable.auto.commit=false`). One store commit is in flight at most, and the
+event loop is never blocked. A structured-mode message as the sidecars' sink writes it (its
+`partitionkey` inside) is stored as it came, unconverted.
 
 Nothing is lost and nothing doubled:
 
@@ -46,7 +47,7 @@ import msgspec
 from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.kafka_config import KafkaSourceConfig
 from bridge.fleet.sources.base import Ingestor, SourceHealth
-from bridge.fleet.sources.bus import Committer, Decoded, decode
+from bridge.fleet.sources.bus import Committer, Decoded, check, decode
 from bridge.infra.credential import ATTRIBUTE as CREDENTIAL_ATTRIBUTE
 from bridge.transports.kafka_binding import (
     CONTENT_TYPE_HEADER,
@@ -81,7 +82,8 @@ def decoded(message: Message) -> Decoded:
     if _structured(headers):
         body = _as_sent(value)  # what the sidecars' sink writes in structured mode
         if body is not None:
-            return Decoded(body, None, credential, taken.timestamp() if taken else None)
+            at = taken.timestamp() if taken else None
+            return Decoded(body, None, credential, at, check(body))
     return decode(
         value,
         lambda: to_structured_json(headers, message.value(), message.key()),
