@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import psutil
+
 from bench.fleet_ingest import cpu_seconds
 from bench.fleet_prefill import prefill
 from bench.fleet_workload import Workload
@@ -76,6 +78,20 @@ def _transactions(items: list[Accepted], shape: str) -> list[list[Batch]]:
         ]
     ones = [Batch(ingest="http", received_at=now, accepted=[item]) for item in items]
     return [ones[at : at + GROUP] for at in range(0, len(ones), GROUP)]
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds of the PostgreSQL server `pid` and all its processes, those that ended
+    too (their times are added to the postmaster's when it reaps them): the backends,
+    the autovacuum workers and the writers come and go."""
+    server = psutil.Process(pid)
+    times = server.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in server.children():
+        with contextlib.suppress(psutil.Error):  # ended meanwhile: counted by the postmaster
+            times = child.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def _server_pid(directory: Path) -> int:
@@ -146,11 +162,11 @@ async def measure(
                     bodies = workload.burst(count, tag=f"{shape}-{time.time_ns()}")
                 calls = _transactions(_accepted(bodies), shape)
                 await _settle(url)
-                cpu, server_cpu = cpu_seconds(), cpu_seconds(server) if server else 0.0
+                cpu, server_at = cpu_seconds(), server_cpu(server) if server else 0.0
                 for batches in calls:
                     await store.ingest_many(batches)
                 fleet = (cpu_seconds() - cpu) / count * 1e6
-                pg = (cpu_seconds(server) - server_cpu) / count * 1e6 if server else None
+                pg = (server_cpu(server) - server_at) / count * 1e6 if server else None
                 figures.append(Figure(name, shape, kind, count, fleet, pg))
                 print(figures[-1].row(), flush=True)
     finally:
