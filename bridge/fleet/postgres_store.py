@@ -44,7 +44,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg_pool import ConnectionPool
 
-from bridge.fleet import migrations, partitions, sql
+from bridge.fleet import migrations, partitions, sql, tallies
 from bridge.fleet.reads import ReadQueries
 from bridge.fleet.store import (
     Batch,
@@ -268,7 +268,15 @@ class _Writer:
 
     def update_heartbeats(self, db: _Qmark, rows: list[tuple[Any, ...]]) -> None:
         # One row per instance (`apply_many`): an UPDATE ... FROM would take any one of two.
+        held = db.execute(_HELD, ([row[6] for row in rows],)).fetchall()
         db.execute(_UPDATE_HEARTBEATS, _columns(rows))
+        moves = tallies.silent_moves(held, rows)
+        if moves:
+            keys = list(moves)
+            db.execute(_SILENT_MOVES, [*_columns(keys), list(moves.values())])
+            emptied = [key for key in keys if moves[key] < 0]
+            if emptied:
+                db.execute(_SILENT_EMPTIED, _columns(emptied))
 
     def upsert_notices(self, db: _Qmark, rows: list[tuple[Any, ...]]) -> None:
         # One row per notice (`apply_many`): ON CONFLICT cannot change a row twice.
@@ -288,6 +296,19 @@ _UPDATE_HEARTBEATS: Final = (
     "?::text[], ?::float8[]) AS h(t, i, v, w, d, s, src, guard) "
     "WHERE instances.source = h.src "
     "AND (instances.last_heartbeat IS NULL OR instances.last_heartbeat <= h.guard)"
+)
+#: The instances' silent moments before their heartbeats are written (their rows are locked
+#: by the instance upsert before it, until the commit).
+_HELD: Final = f"SELECT {tallies.HELD_COLUMNS} FROM instances WHERE source = ANY(?::text[])"  # noqa: S608
+_SILENT_MOVES: Final = (
+    "INSERT INTO silent_tallies (minute, provider, version, zone, n) SELECT * FROM "
+    "unnest(?::bigint[], ?::text[], ?::text[], ?::text[], ?::bigint[]) "
+    "ON CONFLICT (minute, provider, version, zone) DO UPDATE SET n = silent_tallies.n + excluded.n"
+)
+_SILENT_EMPTIED: Final = (
+    "DELETE FROM silent_tallies t USING unnest(?::bigint[], ?::text[], ?::text[], ?::text[]) "
+    "AS k(m, p, v, z) WHERE t.minute = k.m AND t.provider = k.p AND t.version = k.v "
+    "AND t.zone = k.z AND t.n = 0"
 )
 _UPSERT_NOTICES: Final = (
     f"INSERT INTO notices ({sql.NOTICE_COLUMNS}) SELECT * FROM unnest("  # noqa: S608

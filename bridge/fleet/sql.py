@@ -122,14 +122,13 @@ INSTANCE_COLUMNS: Final = (
     "source, provider, name, instance_id, zone, location, project, subscription, "
     "resource_group, scale_set, resource_id, first_seen, last_seen, attested"
 )
-#: What an instance upsert does with a row already there (the multi-row form of
-#: `bridge.fleet.postgres_store` shares it).
-INSTANCE_CONFLICT: Final = (
-    "ON CONFLICT (source) DO UPDATE SET attested = excluded.attested, "
-    "provider = excluded.provider, name = excluded.name, instance_id = excluded.instance_id, "
-    "zone = excluded.zone, location = excluded.location, project = excluded.project, "
-    "subscription = excluded.subscription, resource_group = excluded.resource_group, "
-    "scale_set = excluded.scale_set, resource_id = excluded.resource_id, "
+#: What an instance upsert does with a row already there: its times and the retired mark,
+#: columns no index of `instances` holds except the partial one of retired instances. An
+#: UPDATE that names an indexed column rewrites that column's index entries even when the
+#: value stays the same (SQLite), so the identity, which next to never changes, is set
+#: apart (`UPDATE_IDENTITY`), only where it differs: every event of a VM costs a write of
+#: its row, not also of the name, zone and attestation indexes.
+INSTANCE_TIMES: Final = (
     "first_seen = CASE WHEN excluded.first_seen < instances.first_seen "
     "THEN excluded.first_seen ELSE instances.first_seen END, "
     "last_seen = CASE WHEN excluded.last_seen > instances.last_seen "
@@ -138,9 +137,34 @@ INSTANCE_CONFLICT: Final = (
     "retired_at = CASE WHEN excluded.last_seen > instances.last_seen "
     "THEN NULL ELSE instances.retired_at END"
 )
+#: The identity of the upsert's row (and the attestation of its latest events).
+INSTANCE_IDENTITY: Final = (
+    "provider", "name", "instance_id", "zone", "location", "project", "subscription",
+    "resource_group", "scale_set", "resource_id", "attested",
+)  # fmt: skip
+#: The whole upsert in one statement, for PostgreSQL's multi-row form
+#: (`bridge.fleet.postgres_store`): PostgreSQL compares the values of indexed columns, so
+#: an identity set to what it was leaves the indexes alone (a HOT update, when the page has
+#: room).
+INSTANCE_CONFLICT: Final = (
+    "ON CONFLICT (source) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in INSTANCE_IDENTITY)
+    + f", {INSTANCE_TIMES}"
+)
 UPSERT_INSTANCE: Final = (
     f"INSERT INTO instances ({INSTANCE_COLUMNS}) "  # noqa: S608 (constants)
-    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) {INSTANCE_CONFLICT}"
+    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"ON CONFLICT (source) DO UPDATE SET {INSTANCE_TIMES}"
+)
+#: After `UPSERT_INSTANCE`, with the same row (numbered parameters: `?1` is the source, the
+#: identity follows in `INSTANCE_COLUMNS` order, `?14` the attestation): the identity where
+#: it differs (SQLite's null-safe `IS NOT`), else nothing is written.
+UPDATE_IDENTITY: Final = (
+    "UPDATE instances SET "  # noqa: S608 (constants)
+    + ", ".join(f"{c} = ?{n}" for n, c in enumerate(INSTANCE_IDENTITY[:-1], 2))
+    + ", attested = ?14 WHERE source = ?1 AND ("
+    + " OR ".join(f"{c} IS NOT ?{n}" for n, c in enumerate(INSTANCE_IDENTITY[:-1], 2))
+    + " OR attested IS NOT ?14)"
 )
 
 #: A later heartbeat only: one delivered late never makes a dead sidecar look alive.

@@ -15,10 +15,15 @@ back ingest counts nothing:
 
 Which instances are `silent` depends on the time of the question. The moment each one
 turns silent (`SILENT_AT`: its last heartbeat plus three of its intervals) is tallied by
-minute in `silent_tallies` (triggers on `instances`; a heartbeat moves its instance to a
-later minute); `silent_by` sums the minutes before now and counts the current minute
-through the index on `SILENT_AT`, so an outage of a whole region costs what a healthy
-fleet does. `reporting` is the total minus those.
+minute in `silent_tallies`; `silent_by` sums the minutes before now and counts the current
+minute through the index on `SILENT_AT`, so an outage of a whole region costs what a
+healthy fleet does. `reporting` is the total minus those. A heartbeat moves its instance
+to a later minute: the heartbeat writer (`writes.Writer.update_heartbeats`) moves a
+transaction's instances set-based (`silent_moves`, then one statement per minute and
+group, not three per heartbeat: a row trigger's upserts were most of a heartbeat's cost on
+PostgreSQL); triggers on `instances` count an insert and the other changes (an instance
+moving to another zone, provider or version with its heartbeat unchanged: `SILENT_MOVED`
+is the one rule deciding which side counts a change).
 
 `prepare` creates the table and triggers (idempotent) and fills the table from the rows the
 first time (a store written before tallies existed), under the caller's transaction: it is
@@ -28,6 +33,8 @@ it deletes off `events` and `rejected` in the same transaction.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from bridge.fleet.state import SILENT_AFTER_INTERVALS
@@ -179,10 +186,13 @@ def _silent_steps(minute: str, row: str, delta: str) -> list[str]:
     return steps
 
 
+#: The trigger's share of the changes: an instance's group moved while its silent moment
+#: did not. A change of the heartbeat (its time or interval) is the heartbeat writer's,
+#: whatever else changed with it (`silent_moves` applies the same rule from the other side).
 _SILENT_CHANGED: Final = (
-    "OLD.last_heartbeat IS DISTINCT FROM NEW.last_heartbeat "
-    "OR OLD.heartbeat_interval IS DISTINCT FROM NEW.heartbeat_interval "
-    f"OR {_INSTANCE_CHANGED}"
+    "OLD.last_heartbeat IS NOT DISTINCT FROM NEW.last_heartbeat "
+    "AND OLD.heartbeat_interval IS NOT DISTINCT FROM NEW.heartbeat_interval "
+    f"AND ({_INSTANCE_CHANGED})"
 )
 
 
@@ -209,6 +219,68 @@ def _silent_fill(minute: str) -> str:
     )
 
 
+#: What the heartbeat writer reads of an instance before writing its heartbeat (in its
+#: transaction, after the instance upsert, which holds the row's lock on PostgreSQL until
+#: the commit: no other replica changes it in between).
+HELD_COLUMNS: Final = "source, last_heartbeat, heartbeat_interval, provider, agent_version, zone"
+#: A move of `silent_moves`: (minute, provider, version, zone) -> the change of its count.
+Moves = dict[tuple[int, str, str, str], int]
+
+
+def silent_minute(last_heartbeat: float | None, interval: float | None) -> int:
+    """The minute of `SILENT_AT` as the triggers compute it (0 without a heartbeat): the
+    same double arithmetic, floored (SQLite's CAST truncates; the value is never negative)."""
+    if last_heartbeat is None or interval is None:
+        return 0
+    return math.floor((last_heartbeat + SILENT_AFTER_INTERVALS * interval) / 60)
+
+
+def silent_moves(held: Iterable[Sequence[Any]], rows: Iterable[Sequence[Any]]) -> Moves:
+    """The changes to `silent_tallies` of writing the heartbeat `rows` (those of
+    `sql.UPDATE_HEARTBEAT`: time, interval, version, ..., source, guard; one per instance)
+    over the instances as `held` (`HELD_COLUMNS`): each row that the update writes and
+    that moves its silent moment leaves its old minute and group for its new ones. The
+    rest (an older heartbeat, which the update skips; the same moment) are not this
+    writer's (`_SILENT_CHANGED`)."""
+    found = {str(row[0]): row for row in held}
+    moves: Moves = {}
+    for row in rows:
+        time, interval, version, source, guard = row[0], row[1], row[2], row[6], row[7]
+        old = found.get(source)
+        if old is None:
+            continue  # no such instance: the update writes nothing
+        _source, last, every, provider, was, zone = old
+        if last is not None and last > guard:
+            continue  # a late heartbeat: the update skips it
+        if (last, every) == (time, interval):
+            continue
+        zone = zone or ""
+        leave = (silent_minute(last, every), provider, was or UNKNOWN_VERSION, zone)
+        enter = (silent_minute(time, interval), provider, version or UNKNOWN_VERSION, zone)
+        moves[leave] = moves.get(leave, 0) - 1
+        moves[enter] = moves.get(enter, 0) + 1
+    return {key: n for key, n in sorted(moves.items()) if n}
+
+
+#: A move, and the drop of a tally it emptied (one row each: SQLite runs them per row;
+#: PostgreSQL's writer has its multi-row forms).
+SILENT_MOVE: Final = (
+    "INSERT INTO silent_tallies (minute, provider, version, zone, n) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (minute, provider, version, zone) DO UPDATE SET n = silent_tallies.n + excluded.n"
+)
+SILENT_EMPTIED: Final = (
+    "DELETE FROM silent_tallies WHERE minute = ? AND provider = ? AND version = ? AND zone = ? "
+    "AND n = 0"
+)
+
+
+def move_silent(db: Any, moves: Moves) -> None:
+    """Apply `moves` row by row (in the caller's transaction), in key order."""
+    if moves:
+        db.executemany(SILENT_MOVE, [(*key, n) for key, n in moves.items()])
+        db.executemany(SILENT_EMPTIED, [key for key, n in moves.items() if n < 0])
+
+
 #: `writes.apply`: the batch's new events and refused inputs, one statement each.
 BUMP: Final = _ADD.format(values="?, '', '', '', '', ?")
 
@@ -217,6 +289,7 @@ def sqlite_ddl() -> list[str]:
     statements = [TABLE, SILENT_TABLE, *INDEXES]
     for name, event, table, when, steps in (*_TRIGGERS, *_silent_triggers(_SQLITE_MINUTE)):
         # SQLite's null-safe `IS NOT` (its IS DISTINCT FROM needs 3.39).
+        when = when and when.replace(" IS NOT DISTINCT FROM ", " IS ")
         condition = f" WHEN {when.replace(' IS DISTINCT FROM ', ' IS NOT ')}" if when else ""
         body = "".join(f"{step}; " for step in steps)
         statements.append(
@@ -267,6 +340,15 @@ def regroup_retired(db: Any, *, postgres: bool = False) -> None:
         db.execute(statement)
     db.execute("DELETE FROM tallies WHERE kind = 'retired'")
     db.execute(_RETIRED_FILL)
+
+
+def narrow_silent_trigger(db: Any, *, postgres: bool = False) -> None:
+    """Schema step 10: the trigger on heartbeat changes made anew with `_SILENT_CHANGED`
+    (the heartbeat writer moves those instances itself since); the figures stay."""
+    if not postgres:  # SQLite has no CREATE OR REPLACE TRIGGER
+        db.execute("DROP TRIGGER IF EXISTS instances_silent_update")
+    for statement in postgres_ddl() if postgres else sqlite_ddl():
+        db.execute(statement)
 
 
 def bump(db: Any, events: int, rejected: int) -> None:

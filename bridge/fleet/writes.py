@@ -30,7 +30,7 @@ it holds. The outcome is what applying the batches one by one, in order, gives:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from bridge import contract
 from bridge.fleet import bounds, sql, tallies
@@ -67,9 +67,20 @@ class Writer(Protocol):
 
     def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None: ...
 
-    def update_heartbeats(self, db: Any, rows: list[tuple[Any, ...]]) -> None: ...
+    def update_heartbeats(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
+        """Write the heartbeat `rows` (`sql.UPDATE_HEARTBEAT`'s, one per instance) and
+        move the instances they make silent later in `silent_tallies`
+        (`bridge.fleet.tallies.silent_moves`: no trigger does)."""
 
     def upsert_notices(self, db: Any, rows: list[tuple[Any, ...]]) -> None: ...
+
+
+#: Instances whose silent moment a heartbeat writer reads per statement (`tallies.HELD_COLUMNS`).
+HELD_CHUNK: Final = 100
+_HELD: Final = (
+    f"SELECT {tallies.HELD_COLUMNS} FROM instances "  # noqa: S608 (constants)
+    f"WHERE source IN ({', '.join('?' * HELD_CHUNK)})"
+)
 
 
 class RowWriter:
@@ -85,9 +96,16 @@ class RowWriter:
 
     def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None:
         db.executemany(sql.UPSERT_INSTANCE, rows)
+        db.executemany(sql.UPDATE_IDENTITY, rows)  # writes only the rows whose identity moved
 
     def update_heartbeats(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
+        held: list[tuple[Any, ...]] = []
+        for at in range(0, len(rows), HELD_CHUNK):
+            sources = [row[6] for row in rows[at : at + HELD_CHUNK]]
+            sources += [None] * (HELD_CHUNK - len(sources))  # one statement text, cached
+            held += db.execute(_HELD, sources).fetchall()
         db.executemany(sql.UPDATE_HEARTBEAT, rows)
+        tallies.move_silent(db, tallies.silent_moves(held, rows))
 
     def upsert_notices(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
         db.executemany(sql.UPSERT_NOTICE, rows)

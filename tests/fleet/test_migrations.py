@@ -11,6 +11,7 @@ server (tests/fleet/postgres_server.py: skipped without its binaries, failing un
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import shutil
 import sqlite3
@@ -22,10 +23,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from bridge.fleet import migrations
+from bridge.fleet import migrations, sql, tallies
 from bridge.fleet.migrations import LATEST, SQLITE, Step
 from bridge.fleet.service import build_store
-from bridge.fleet.store import EventQuery, NoticeFilter, Store, StoreError
+from bridge.fleet.store import Batch, EventQuery, InstanceQuery, NoticeFilter, Store, StoreError
+from bridge.fleet.writes import RowWriter, apply_many
 
 pytest_plugins = ["tests.fleet.postgres_server"]
 
@@ -240,3 +242,123 @@ def test_a_failed_step_leaves_the_version_before_it_and_runs_again_next_time(
     fixed = [*migrations.STEPS, Step(LATEST + 1, "fixed", ("CREATE TABLE half_done (x INTEGER)",))]
     assert migrations.upgrade(db, SQLITE, "here", steps=fixed) == [LATEST + 1]
     assert migrations.upgrade(db, SQLITE, "here", steps=fixed) == []
+
+
+#: The silent instances' trigger as the releases before step 10 made it: it moved an
+#: instance at every heartbeat (the heartbeat writer did not).
+SILENT_CHANGED_BEFORE_10 = (
+    "OLD.last_heartbeat IS DISTINCT FROM NEW.last_heartbeat "
+    "OR OLD.heartbeat_interval IS DISTINCT FROM NEW.heartbeat_interval "
+    f"OR {tallies._INSTANCE_CHANGED}"
+)
+
+
+class WriterBefore10:
+    """The store's writer as it was before step 10: heartbeats by the plain update, the
+    trigger moving their instances in the silent tallies."""
+
+    def __init__(self, url: str) -> None:
+        if url.startswith("sqlite://"):
+            self.rows: Any = RowWriter()
+        else:
+            from bridge.fleet.postgres_store import WRITER
+
+            self.rows = WRITER
+
+    def insert_events(self, db: Any, rows: list[Any]) -> set[tuple[str, str]]:
+        return set(self.rows.insert_events(db, rows))
+
+    def upsert_instances(self, db: Any, rows: list[Any]) -> None:
+        self.rows.upsert_instances(db, rows)
+
+    def update_heartbeats(self, db: Any, rows: list[Any]) -> None:
+        db.executemany(sql.UPDATE_HEARTBEAT, rows)
+
+    def upsert_notices(self, db: Any, rows: list[Any]) -> None:
+        self.rows.upsert_notices(db, rows)
+
+
+async def test_a_store_of_schema_9_opens_at_10_with_its_rows_and_counts(
+    empty_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step 10 (#33): the notice history index without heartbeats, the retired instances'
+    index, and the silent tallies moved by the heartbeat writer rather than a trigger. A
+    store written at version 9 (its trigger, its writer) keeps every row and figure, and
+    its counts go on equal to a recount as heartbeats arrive."""
+    from bridge.pipeline.model import Status
+    from tests.fleet.factories import batch, gce_vm, heartbeat, transition
+    from tests.fleet.test_store import at
+
+    upgrade = migrations.upgrade
+    monkeypatch.setattr(
+        migrations, "upgrade", functools.partial(upgrade, steps=migrations.STEPS[:9])
+    )
+    monkeypatch.setattr(tallies, "_SILENT_CHANGED", SILENT_CHANGED_BEFORE_10)
+    postgres = not empty_url.startswith("sqlite://")
+    vms = [gce_vm(f"vm-{i}", zone=f"zone-{i % 3}") for i in range(6)]
+    store = build_store(empty_url)
+    await store.open()
+    try:
+        await store.transaction(lambda db: tallies.narrow_silent_trigger(db, postgres=postgres))
+        before = WriterBefore10(empty_url)
+
+        def write_before_10(db: Any, batches: list[Batch]) -> None:
+            apply_many(db, batches, before)
+
+        for written in (
+            batch(*(heartbeat(vm, at(-i * 3), interval=60.0 + 30 * i) for i, vm in enumerate(vms))),
+            batch(
+                transition(vms[0], "n-1", Status.SCHEDULED, at(0)),
+                transition(vms[0], "n-1", Status.STARTED, at(1)),
+                heartbeat(vms[1], at(2), interval=60.0),
+            ),
+        ):
+            await store.transaction(functools.partial(write_before_10, batches=[written]))
+        await store.transaction(
+            lambda db: db.execute("UPDATE instances SET retired_at = 1 WHERE name = 'vm-5'")
+        )
+        counts = await store.counts()
+        silent = await store.instance_counts(at(4).timestamp())
+    finally:
+        await store.close()
+    assert versions(empty_url)[-1] == 9
+    monkeypatch.undo()
+
+    store = build_store(empty_url)
+    await store.open()
+    try:
+        assert versions(empty_url) == list(range(1, LATEST + 1))
+        assert await store.counts() == counts
+        assert await store.instance_counts(at(4).timestamp()) == silent
+        assert await silent_by_recount(store, at(4).timestamp())
+        (notice,) = await store.notices(NoticeFilter(), in_force=True)
+        assert [t["status"] for t in notice["transitions"]] == ["scheduled", "started"]
+        retired = await store.instance_page(InstanceQuery(state="retired", limit=10))
+        assert [row["name"] for row in retired.rows] == ["vm-5"]
+        # Heartbeats after the upgrade, by this build's writer: the counts follow them.
+        await store.ingest(
+            batch(*(heartbeat(vm, at(5), interval=90.0, sequence=1) for vm in vms[2:5]))
+        )
+        await store.ingest(batch(heartbeat(vms[0], at(6), interval=30.0, sequence=1)))
+        for minutes in (0, 4, 7, 9, 12, 30):
+            assert await silent_by_recount(store, at(minutes).timestamp()), minutes
+        assert (await store.counts())["events"] == counts["events"] + 4
+    finally:
+        await store.close()
+
+
+async def silent_by_recount(store: Store, now: float) -> bool:
+    """Whether the silent instances the tallies count at `now` are those a recount finds."""
+
+    def recount(db: Any) -> dict[tuple[str, str, str], int]:
+        rows = db.execute(
+            "SELECT provider, COALESCE(agent_version, 'unknown'), COALESCE(zone, ''), "
+            "COUNT(*) FROM instances WHERE last_heartbeat IS NULL "
+            "OR last_heartbeat + 3 * heartbeat_interval < ? GROUP BY 1, 2, 3",
+            (now,),
+        ).fetchall()
+        return {(str(p), str(v), str(z)): int(n) for p, v, z, n in rows}
+
+    kept = {(p, v, z): s for p, v, z, _total, s in await store.instance_counts(now) if s}
+    found: dict[tuple[str, str, str], int] = await store._read(recount)  # type: ignore[attr-defined]
+    return kept == found

@@ -291,6 +291,10 @@ MAIN_READS: dict[str, tuple[Callable[[Any], Any], str]] = {
         ),
         "instances_silent_at",
     ),
+    "retired instances": (
+        lambda db: Reads.instance_page(db, InstanceQuery(state="retired", limit=100, now=NOW)),
+        "instances_retired",
+    ),
     "instances turning silent now (summary)": (
         lambda db: tallies.silent_by(db, NOW),
         "silent_tallies",

@@ -170,6 +170,9 @@ QUERIES: dict[str, Callable[[Any], Any]] = {
     "a page of one zone's instances": lambda db: Reads.instance_page(
         db, InstanceQuery(zone="zone-7", limit=100)
     ),
+    "a page of retired instances": lambda db: Reads.instance_page(
+        db, InstanceQuery(state="retired", limit=100)
+    ),
     "instances whose name holds a part (trigrams)": lambda db: Reads.instance_page(
         db, InstanceQuery(search="m-1234", limit=100)
     ),

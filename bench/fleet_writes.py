@@ -1,0 +1,209 @@
+"""The store's own cost of writing events: CPU microseconds per event, per store and shape.
+
+`python -m bench.fleet_writes` pre-fills a store of each kind (`bench.fleet_prefill`: by
+default 100,000 instances and 300,000 events of `bench.fleet_workload`), then writes fresh
+events into it through `Store.ingest_many`, and reports the CPU that cost per event: the
+fleet process's (SQLite writes in it) and, for PostgreSQL, its server processes'. Wall-clock
+rates swing with whatever else runs on the machine; CPU per event is what a change to the
+writer moves, so this is the figure to compare before and after one.
+
+The events are decoded before the clock starts (that is the checking side's cost, not the
+store's), in the shapes ingest produces:
+
+- `batch`: batches of 100 (`BATCH`), one transaction each, as the HTTP batch path and the
+  webhook sink make them;
+- `group`: one-event batches, `GROUP` per transaction, as group commit hands over many
+  one-event posts;
+
+each for `heartbeats` (new heartbeats round the fleet: the steady state) and `transitions`
+(a region's maintenance: a notice scheduled, then started, per VM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import psutil
+
+from bench.fleet_ingest import cpu_seconds
+from bench.fleet_prefill import prefill
+from bench.fleet_workload import Workload
+from bridge import contract
+from bridge.fleet.service import build_store
+from bridge.fleet.store import Accepted, Batch
+
+BATCH: Final = 100
+GROUP: Final = 200
+SHAPES: Final = ("batch", "group")
+KINDS: Final = ("heartbeats", "transitions")
+
+
+@dataclass(frozen=True)
+class Figure:
+    store: str
+    shape: str
+    kind: str
+    events: int
+    fleet_us: float
+    server_us: float | None
+
+    def row(self) -> str:
+        server = "" if self.server_us is None else f"{self.server_us:.1f}"
+        total = self.fleet_us + (self.server_us or 0.0)
+        return (
+            f"| {self.store} | {self.shape} | {self.kind} | {self.events:,} | "
+            f"{self.fleet_us:.1f} | {server} | {total:.1f} |"
+        )
+
+
+def _accepted(bodies: Sequence[bytes]) -> list[Accepted]:
+    return [Accepted(contract.from_cloudevent(body), body) for body in bodies]
+
+
+def _transactions(items: list[Accepted], shape: str) -> list[list[Batch]]:
+    """`items` as the store calls of `shape`: each a list of batches in one transaction."""
+    now = time.time()
+    if shape == "batch":
+        return [
+            [Batch(ingest="http", received_at=now, accepted=items[at : at + BATCH])]
+            for at in range(0, len(items), BATCH)
+        ]
+    ones = [Batch(ingest="http", received_at=now, accepted=[item]) for item in items]
+    return [ones[at : at + GROUP] for at in range(0, len(ones), GROUP)]
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds of the PostgreSQL server `pid` and all its processes, those that ended
+    too (their times are added to the postmaster's when it reaps them): the backends,
+    the autovacuum workers and the writers come and go."""
+    server = psutil.Process(pid)
+    times = server.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in server.children():
+        with contextlib.suppress(psutil.Error):  # ended meanwhile: counted by the postmaster
+            times = child.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def _server_pid(directory: Path) -> int:
+    return int((directory / "data" / "postmaster.pid").read_text().split()[0])
+
+
+@contextlib.asynccontextmanager
+async def _postgres() -> AsyncIterator[tuple[str, int] | None]:
+    """A throw-away PostgreSQL cluster (tests/fleet/postgres_server.py's), or None."""
+    import shutil
+
+    from tests.fleet.postgres_server import PostgresServer, find_bindir
+    from tests.support import free_port, running_as_root
+
+    bindir = find_bindir()
+    if bindir is None:
+        yield None
+        return
+    directory = Path(tempfile.mkdtemp(prefix="bench-writes-pg-"))
+    if running_as_root():
+        shutil.chown(directory, "nobody")
+    server = PostgresServer(bindir, directory, free_port())
+    await asyncio.to_thread(server.start)
+    try:
+        yield server.create_database(), _server_pid(directory)
+    finally:
+        await asyncio.to_thread(server.stop)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _settle(url: str) -> None:
+    """Before each figure: PostgreSQL vacuumed, analyzed and checkpointed, so that what the
+    autovacuum, the statistics and the checkpointer owe for earlier writes (the pre-fill's
+    above all) is not counted in this figure (what they do for its own writes is); SQLite's
+    write-ahead log checkpointed into the file."""
+    if url.startswith("sqlite://"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite://"))) as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return
+    import psycopg
+
+    def settle() -> None:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("VACUUM ANALYZE")
+            connection.execute("CHECKPOINT")
+
+    await asyncio.to_thread(settle)
+
+
+async def measure(
+    name: str, url: str, server: int | None, workload: Workload, count: int
+) -> list[Figure]:
+    """Pre-fill the store at `url`, then each shape and kind of `count` fresh events."""
+    await prefill([url], workload.history())
+    store = build_store(url)
+    await store.open()
+    figures = []
+    try:
+        sequence = 2_000_000
+        for shape in SHAPES:
+            for kind in KINDS:
+                if kind == "heartbeats":
+                    bodies = workload.heartbeats(count, first_sequence=sequence)
+                    sequence += -(-count // workload.instances) + 1
+                else:
+                    bodies = workload.burst(count, tag=f"{shape}-{time.time_ns()}")
+                calls = _transactions(_accepted(bodies), shape)
+                await _settle(url)
+                cpu, server_at = cpu_seconds(), server_cpu(server) if server else 0.0
+                for batches in calls:
+                    await store.ingest_many(batches)
+                fleet = (cpu_seconds() - cpu) / count * 1e6
+                pg = (server_cpu(server) - server_at) / count * 1e6 if server else None
+                figures.append(Figure(name, shape, kind, count, fleet, pg))
+                print(figures[-1].row(), flush=True)
+    finally:
+        await store.close()
+    return figures
+
+
+async def run(instances: int, events: int, count: int, kinds: Sequence[str]) -> list[Figure]:
+    workload = Workload(instances, events)
+    figures: list[Figure] = []
+    print(
+        "| store | shape | kind | n | fleet CPU us/event | PostgreSQL CPU us/event | all |\n"
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+        flush=True,
+    )
+    if "sqlite" in kinds:
+        with tempfile.TemporaryDirectory(prefix="bench-writes-") as tmp:
+            url = f"sqlite://{Path(tmp) / 'fleet.sqlite3'}"
+            figures += await measure("SQLite", url, None, workload, count)
+    if "postgresql" in kinds:
+        async with _postgres() as found:
+            if found is None:
+                print("PostgreSQL: skipped, no server binaries")
+            else:
+                figures += await measure("PostgreSQL", found[0], found[1], workload, count)
+    return figures
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet_writes", description=__doc__)
+    parser.add_argument("--instances", type=int, default=100_000)
+    parser.add_argument("--events", type=int, default=300_000, help="the pre-fill")
+    parser.add_argument("--count", type=int, default=20_000, help="events per figure")
+    parser.add_argument("--stores", default="sqlite,postgresql")
+    args = parser.parse_args(argv)
+    asyncio.run(run(args.instances, args.events, args.count, args.stores.split(",")))
+
+
+if __name__ == "__main__":
+    main()
