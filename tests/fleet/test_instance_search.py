@@ -19,6 +19,7 @@ from bridge.fleet import migrations
 from bridge.fleet.reads import FEW_NAMED, Reads
 from bridge.fleet.service import build_store
 from bridge.fleet.store import InstanceQuery
+from tests.fleet.capture import Capture
 from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat
 
 NOW = T0.timestamp() + 60
@@ -52,15 +53,9 @@ def walked(store: Any, part: str) -> list[str]:
 def plan(store: Any, part: str) -> str:
     """SQLite's plan of the page query a search of `part` runs."""
     with sqlite3.connect(store.path) as db:
-        statements: list[tuple[str, list[Any]]] = []
-
-        class Capture:
-            def execute(self, statement: str, params: Any = ()) -> Any:
-                statements.append((statement, list(params)))
-                return db.execute(statement, params)
-
-        Reads.instance_page(Capture(), InstanceQuery(search=part, limit=100, now=NOW))
-        page = next(s for s in statements if "ORDER BY name, source" in s[0])
+        capture = Capture(db)
+        Reads.instance_page(capture, InstanceQuery(search=part, limit=100, now=NOW))
+        page = next(s for s in capture.statements if "ORDER BY name, source" in s[0])
         rows = db.execute("EXPLAIN QUERY PLAN " + page[0], page[1]).fetchall()
         return "\n".join(str(row[-1]) for row in rows)
 

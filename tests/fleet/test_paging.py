@@ -21,6 +21,7 @@ from bridge.fleet.reads import Reads
 from bridge.fleet.service import FleetService, build_store
 from bridge.fleet.store import InstanceQuery, NoticeFilter, Store
 from bridge.pipeline.model import Status
+from tests.fleet.capture import Capture
 from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat, transition
 
 pytest_plugins = ["tests.fleet.postgres_server"]
@@ -236,21 +237,6 @@ async def test_a_store_written_before_the_counts_is_counted_once_on_open(
         assert summary["instances"]["total"] == 2
     finally:
         await again.close()
-
-
-class Capture:
-    """A connection that records the statements a read runs (to EXPLAIN them after)."""
-
-    def __init__(self, db: Any) -> None:
-        self.db = db
-        self.statements: list[tuple[str, list[Any]]] = []
-
-    def execute(self, statement: str, params: Any = ()) -> Any:
-        self.statements.append((statement, list(params)))
-        return self.db.execute(statement, params)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.db, name)
 
 
 ZONES = ("us-central1-a", "us-central1-b", "europe-west1-b", "asia-east1-a")

@@ -28,6 +28,7 @@ from bridge.fleet.store import Batch, EventQuery, NoticeFilter, Refused
 from bridge.infra.validation import ConfigError
 from bridge.pipeline.model import Status
 from tests.fleet import world
+from tests.fleet.capture import Capture
 from tests.fleet.conftest import FleetFactory
 from tests.fleet.factories import T0, batch, gce_vm, heartbeat, transition
 from tests.fleet.world import FLEET
@@ -352,21 +353,6 @@ async def test_the_retirement_walks_the_instances_a_batch_at_a_time(store: Any) 
     assert [name for name, at in rows.items() if at is None] == [
         f"vm-{i:03d}" for i in range(0, 250, 3)
     ]
-
-
-class Capture:
-    """A connection that records the statements a batch runs (to EXPLAIN them after)."""
-
-    def __init__(self, db: Any) -> None:
-        self.db = db
-        self.statements: list[tuple[str, list[Any]]] = []
-
-    def execute(self, statement: str, params: Any = ()) -> Any:
-        self.statements.append((statement, list(params)))
-        return self.db.execute(statement, params)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.db, name)
 
 
 async def test_every_sqlite_batch_seeks_an_index_and_sorts_nothing(tmp_path: Path) -> None:
