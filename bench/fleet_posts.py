@@ -19,7 +19,8 @@ Each post is a distinct signed maintenance event (structured mode) answered only
 durable commit. Prints requests per second and each fleet figure as a share of the floor
 (the median of the rounds' ratios), and each server's CPU time per request (user and
 system, all its threads, from psutil): wall rates swing with what else runs on the host,
-the CPU a request costs the server much less.
+the CPU a request costs the server much less. For the fleet servers it also prints the posts
+each store transaction held in each round (`/metrics`: the size of the groups).
 """
 
 from __future__ import annotations
@@ -130,6 +131,18 @@ async def _post_for(
         return done / (time.monotonic() - started), done
 
 
+async def _grouped(url: str) -> tuple[float, float]:
+    """The server's group-commit transactions and the posts they held so far (`/metrics`)."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as answer:
+        text = await answer.text()
+    found = dict.fromkeys(("transactions", "batches"), 0.0)
+    for line in text.splitlines():
+        for key in found:
+            if line.startswith(f"fleet_ingest_group_{key}_total "):
+                found[key] = float(line.split()[1])
+    return found["transactions"], found["batches"]
+
+
 async def run(
     seconds: float, senders: int, rounds: int
 ) -> list[tuple[str, list[tuple[float, float]]]]:
@@ -154,6 +167,7 @@ async def run(
                 servers.append((label, port, await _start(args, port)))
             per_sender = int(seconds * 20_000 / senders) + 1
             rates: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in servers}
+            sizes: dict[str, list[float]] = {label: [] for label, _, _ in servers}
             for round_ in range(rounds):
                 for label, port, proc in servers:
                     tag = f"{label[:1]}{round_}"
@@ -161,12 +175,20 @@ async def run(
                     url = f"http://127.0.0.1:{port}"
                     server = psutil.Process(proc.pid)
                     cpu = sum(server.cpu_times()[:2])
+                    grouped = await _grouped(url) if label != "floor" else (0.0, 0.0)
                     rate, done = await _post_for(url, seconds, shares, tag)
                     cpu = sum(server.cpu_times()[:2]) - cpu
+                    if label != "floor":
+                        transactions, batches = await _grouped(url)
+                        transactions -= grouped[0]
+                        sizes[label].append((batches - grouped[1]) / max(1.0, transactions))
                     rates[label].append((rate, cpu / max(1, done) * 1e6))
         finally:
             for _label, _port, proc in servers:
                 await _stop(proc)
+    for label, size in sizes.items():
+        if size:
+            print(f"{label}: posts per transaction {', '.join(f'{s:.1f}' for s in size)}")
     return list(rates.items())
 
 

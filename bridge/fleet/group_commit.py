@@ -43,6 +43,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
+from bridge.fleet.metrics import GroupStats
 from bridge.fleet.store import Batch, IngestResult, Store, StoreError
 from bridge.infra import tracing
 
@@ -79,6 +80,7 @@ class GroupCommit:
         max_wait: float = 0.002,
         max_queued: int = 20_000,
         max_requests: int = 256,
+        stats: GroupStats | None = None,
     ) -> None:
         self.store = store
         self.max_events = max_events
@@ -91,9 +93,16 @@ class GroupCommit:
         self.queued = 0
         self._arrived = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
-        #: Transactions committed and batches they held (metrics, tests).
-        self.transactions = 0
-        self.batches = 0
+        #: Transactions committed and batches they held (`/metrics`, tests).
+        self.stats = stats or GroupStats()
+
+    @property
+    def transactions(self) -> int:
+        return self.stats.transactions
+
+    @property
+    def batches(self) -> int:
+        return self.stats.batches
 
     def admit(self) -> None:
         """Count one more request being handled; `Overloaded` when `max_requests` are. Each
@@ -180,8 +189,8 @@ class GroupCommit:
                 for waiting in group:
                     await self._alone(waiting)
             else:
-                self.transactions += 1
-                self.batches += len(group)
+                self.stats.transactions += 1
+                self.stats.batches += len(group)
                 _traced(group, began)
                 for waiting, result in zip(group, results, strict=True):
                     self._answer(waiting, result)
@@ -195,8 +204,8 @@ class GroupCommit:
         except Exception as exc:  # handed to the request that sent it
             self._answer(waiting, exc)
         else:
-            self.transactions += 1
-            self.batches += 1
+            self.stats.transactions += 1
+            self.stats.batches += 1
             self._answer(waiting, result)
 
     def _answer(self, waiting: _Waiting, outcome: IngestResult | Exception) -> None:

@@ -34,6 +34,15 @@ class AuthStats:
 
 
 @dataclass
+class GroupStats:
+    """Group commit's transactions and the posts (batches) they held
+    (`bridge.fleet.group_commit`): their ratio is the size of the groups under load."""
+
+    transactions: int = 0
+    batches: int = 0
+
+
+@dataclass
 class IngestStats:
     """Ingest counters by (source, outcome) and the lag histogram by source."""
 
@@ -53,6 +62,7 @@ class IngestStats:
     enrollments: Counter[str] = field(default_factory=Counter)
     #: Requests answered 503 because the ingest queue was full, by source (back-pressure).
     overloaded: Counter[str] = field(default_factory=Counter)
+    group: GroupStats = field(default_factory=GroupStats)
 
     def record(self, source: str, result: IngestResult) -> None:
         self.commit_failure = None
@@ -135,6 +145,18 @@ async def render(store: Store, stats: IngestStats, sources: Iterable[_Source]) -
         "Posts answered 503 with Retry-After: the ingest queue was full, or max_requests were "
         "being handled.",
         (({"source": source}, stats.overloaded[source]) for source in names),
+    )
+    out.add(
+        "fleet_ingest_group_transactions_total",
+        "counter",
+        "Store transactions of the http source's group commit.",
+        [({}, stats.group.transactions)],
+    )
+    out.add(
+        "fleet_ingest_group_batches_total",
+        "counter",
+        "Posts committed by those transactions (divided by them: the size of the groups).",
+        [({}, stats.group.batches)],
     )
     if stats.identity or stats.enrollments:
         out.add(

@@ -97,6 +97,7 @@ class FleetService:
             max_wait=grouping.group_wait,
             max_queued=grouping.max_queued,
             max_requests=grouping.max_requests,
+            stats=self.stats.group,
         )
         self.ingestor = Ingestor(self.store, self.stats, group=self.group)
         #: Retention's passes (None for a store that cannot prune, e.g. a test's stand-in).

@@ -56,11 +56,15 @@ class UnstorableError(ValueError):
     time and refuses the event the store cannot hold (`bridge.fleet.sources.base`)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Accepted:
     """One valid event as received: the typed value and its exact bytes, and (a bus
     message, screened alone) whether it came with a verified instance credential: None
-    defers to `Batch.attested`, which a request's events share."""
+    defers to `Batch.attested`, which a request's events share.
+
+    Not frozen, unlike the other values here: one is built per event ingested, and a frozen
+    dataclass's `__init__` (`object.__setattr__` per field) costs three times a plain one's
+    (0.4 against 0.13 us). Nothing changes one after it is built."""
 
     event: contract.Event
     body: bytes

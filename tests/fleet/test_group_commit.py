@@ -106,6 +106,10 @@ async def test_concurrent_posts_share_transactions_and_are_answered_after_the_co
         assert sum(gated.groups) == 40
         assert len(gated.groups) < 40  # shared transactions
         assert max(gated.groups) > 1
+        # The groups' size under load, for an operator: posts over transactions.
+        metrics = (await http.get(f"{service.url}/metrics")).text
+        assert f"fleet_ingest_group_transactions_total {len(gated.groups)}" in metrics
+        assert "fleet_ingest_group_batches_total 40" in metrics
 
 
 async def test_a_failed_group_transaction_fails_every_request_in_it_with_503(
