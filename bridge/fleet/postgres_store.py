@@ -285,7 +285,7 @@ class _Writer:
 
 WRITER: Final = _Writer()
 _UPSERT_INSTANCES: Final = (
-    f"INSERT INTO instances ({sql.INSTANCE_COLUMNS}) SELECT * FROM unnest("  # noqa: S608
+    f"INSERT INTO instances ({sql.INSTANCE_HEARTBEAT_COLUMNS}) SELECT * FROM unnest("  # noqa: S608
     + "?::text[], " * 11
     + "?::float8[], ?::float8[], ?::int[], "
     + "?::float8[], ?::float8[], ?::text[], ?::int[], ?::bigint[], ?::float8[]) "

@@ -120,9 +120,7 @@ INSERT_EVENT: Final = (
 
 INSTANCE_COLUMNS: Final = (
     "source, provider, name, instance_id, zone, location, project, subscription, "
-    "resource_group, scale_set, resource_id, first_seen, last_seen, attested, "
-    "last_heartbeat, heartbeat_interval, agent_version, watcher_healthy, spool_depth, "
-    "started_at"
+    "resource_group, scale_set, resource_id, first_seen, last_seen, attested"
 )
 #: The heartbeat's columns of an instance row (NULL in a row of a transaction that holds
 #: no heartbeat of its VM).
@@ -171,16 +169,21 @@ INSTANCE_CONFLICT: Final = (
     + ", ".join(f"{c} = excluded.{c}" for c in INSTANCE_IDENTITY)
     + f", {INSTANCE_TIMES}, {INSTANCE_HEARTBEAT}"
 )
-_INSTANCE_VALUES: Final = ", ".join("?" * 20)
-#: SQLite, an instance of no heartbeat in the transaction: its heartbeat columns are left
-#: out of the SET, so the index of when it turns silent is not rewritten.
+#: The columns of an instance row with its heartbeat (`bridge.fleet.writes.InstanceRow`).
+INSTANCE_HEARTBEAT_COLUMNS: Final = f"{INSTANCE_COLUMNS}, {', '.join(HEARTBEAT_COLUMNS)}"
+#: SQLite, an instance of no heartbeat in the transaction (the row's first 14 columns): the
+#: heartbeat's columns are left out, so the index of when it turns silent is not rewritten.
 UPSERT_INSTANCE: Final = (
     f"INSERT INTO instances ({INSTANCE_COLUMNS}) "  # noqa: S608 (constants)
-    f"VALUES ({_INSTANCE_VALUES}) "
+    f"VALUES ({', '.join('?' * 14)}) "
     f"ON CONFLICT (source) DO UPDATE SET {INSTANCE_TIMES}"
 )
-#: SQLite, an instance with its latest heartbeat of the transaction.
-UPSERT_INSTANCE_HEARTBEAT: Final = f"{UPSERT_INSTANCE}, {INSTANCE_HEARTBEAT}"
+#: SQLite, an instance with its latest heartbeat of the transaction (the whole row).
+UPSERT_INSTANCE_HEARTBEAT: Final = (
+    f"INSERT INTO instances ({INSTANCE_HEARTBEAT_COLUMNS}) "  # noqa: S608 (constants)
+    f"VALUES ({', '.join('?' * 20)}) "
+    f"ON CONFLICT (source) DO UPDATE SET {INSTANCE_TIMES}, {INSTANCE_HEARTBEAT}"
+)
 #: After `UPSERT_INSTANCE`, with the same row's first 14 columns (numbered parameters: `?1`
 #: is the source, the identity follows in `INSTANCE_COLUMNS` order, `?14` the
 #: attestation): the identity where it differs (SQLite's null-safe `IS NOT`), else nothing

@@ -240,7 +240,7 @@ def silent_moves(
     held: Iterable[Sequence[Any]], rows: Iterable[Sequence[Any]], *, regroup: bool
 ) -> Moves:
     """The changes to `silent_tallies` of writing the heartbeats of the instance `rows`
-    (`sql.INSTANCE_COLUMNS`, heartbeat columns set; one per instance) over the instances
+    (`sql.INSTANCE_HEARTBEAT_COLUMNS`, heartbeat set; one per instance) over the instances
     as `held` (`HELD_COLUMNS`, read before the upsert): each row whose heartbeat the upsert
     writes and that moves its silent moment leaves its old minute and group for its new
     ones. The new group takes the row's provider and zone when the same statement writes

@@ -40,8 +40,9 @@ from bridge.fleet.store import Accepted, Batch, IngestResult
 
 #: One audit-log row: source, id, type, instance, notice_id, time, received_at, ingest, body.
 EventRow = tuple[str, str, str, str, str | None, float, float, str, str]
-#: The instance row of `sql.INSTANCE_COLUMNS` (the identity, times and attestation, then
-#: the heartbeat's columns, all None when the transaction holds no heartbeat of the VM).
+#: The instance row of `sql.INSTANCE_HEARTBEAT_COLUMNS` (the identity, times and
+#: attestation, then the heartbeat's columns, all None when the transaction holds no
+#: heartbeat of the VM).
 InstanceRow = tuple[Any, ...]
 
 
@@ -102,7 +103,7 @@ class RowWriter:
             sources += [None] * (HELD_CHUNK - len(sources))  # one statement text, cached
             held += db.execute(_HELD, sources).fetchall()
         if len(beating) < len(rows):
-            db.executemany(sql.UPSERT_INSTANCE, [row for row in rows if row[14] is None])
+            db.executemany(sql.UPSERT_INSTANCE, [row[:14] for row in rows if row[14] is None])
         db.executemany(sql.UPSERT_INSTANCE_HEARTBEAT, beating)
         # Writes only the rows whose identity moved; the trigger moves their silent tallies.
         db.executemany(sql.UPDATE_IDENTITY, [row[:14] for row in rows])
