@@ -104,10 +104,12 @@ class RowWriter:
             held += db.execute(_HELD, sources).fetchall()
         if len(beating) < len(rows):
             db.executemany(sql.UPSERT_INSTANCE, [row[:14] for row in rows if row[14] is None])
-        db.executemany(sql.UPSERT_INSTANCE_HEARTBEAT, beating)
+        if beating:
+            db.executemany(sql.UPSERT_INSTANCE_HEARTBEAT, beating)
         # Writes only the rows whose identity moved; the trigger moves their silent tallies.
         db.executemany(sql.UPDATE_IDENTITY, [row[:14] for row in rows])
-        tallies.move_silent(db, tallies.silent_moves(held, beating, regroup=False))
+        if beating:
+            tallies.move_silent(db, tallies.silent_moves(held, beating, regroup=False))
 
     def upsert_notices(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
         db.executemany(sql.UPSERT_NOTICE, rows)
