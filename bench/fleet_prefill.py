@@ -92,9 +92,6 @@ class PostgresBulk:
     def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None:
         self._rows.upsert_instances(db, rows)
 
-    def update_heartbeats(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
-        self._rows.update_heartbeats(db, rows)
-
     def upsert_notices(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
         self._rows.upsert_notices(db, rows)
 

@@ -264,13 +264,13 @@ class _Writer:
         return partitions.insert_events(db, [_text_safe(row) for row in rows])
 
     def upsert_instances(self, db: _Qmark, rows: list[InstanceRow]) -> None:
+        # One row per instance (`apply_many`): ON CONFLICT cannot change a row twice. The
+        # heartbeats' rows are read (and locked) first: the one upsert writes their new
+        # silent moments and groups, so `silent_moves` needs the old ones.
+        beating = [row for row in rows if row[14] is not None]
+        held = db.execute(_HELD, ([row[0] for row in beating],)).fetchall() if beating else []
         db.execute(_UPSERT_INSTANCES, _columns(rows))
-
-    def update_heartbeats(self, db: _Qmark, rows: list[tuple[Any, ...]]) -> None:
-        # One row per instance (`apply_many`): an UPDATE ... FROM would take any one of two.
-        held = db.execute(_HELD, ([row[6] for row in rows],)).fetchall()
-        db.execute(_UPDATE_HEARTBEATS, _columns(rows))
-        moves = tallies.silent_moves(held, rows)
+        moves = tallies.silent_moves(held, beating, regroup=True)
         if moves:
             keys = list(moves)
             db.execute(_SILENT_MOVES, [*_columns(keys), list(moves.values())])
@@ -285,21 +285,18 @@ class _Writer:
 
 WRITER: Final = _Writer()
 _UPSERT_INSTANCES: Final = (
-    f"INSERT INTO instances ({sql.INSTANCE_COLUMNS}) SELECT * FROM unnest("  # noqa: S608
+    f"INSERT INTO instances ({sql.INSTANCE_HEARTBEAT_COLUMNS}) SELECT * FROM unnest("  # noqa: S608
     + "?::text[], " * 11
-    + f"?::float8[], ?::float8[], ?::int[]) {sql.INSTANCE_CONFLICT}"
+    + "?::float8[], ?::float8[], ?::int[], "
+    + "?::float8[], ?::float8[], ?::text[], ?::int[], ?::bigint[], ?::float8[]) "
+    + sql.INSTANCE_CONFLICT
 )
-_UPDATE_HEARTBEATS: Final = (
-    "UPDATE instances SET last_heartbeat = h.t, heartbeat_interval = h.i, "
-    "agent_version = h.v, watcher_healthy = h.w, spool_depth = h.d, started_at = h.s "
-    "FROM unnest(?::float8[], ?::float8[], ?::text[], ?::int[], ?::bigint[], ?::float8[], "
-    "?::text[], ?::float8[]) AS h(t, i, v, w, d, s, src, guard) "
-    "WHERE instances.source = h.src "
-    "AND (instances.last_heartbeat IS NULL OR instances.last_heartbeat <= h.guard)"
+#: The heartbeats' instances as they are before the upsert, locked as the upsert would
+#: lock them (it updates no key), so no other replica changes them before it.
+_HELD: Final = (
+    f"SELECT {tallies.HELD_COLUMNS} FROM instances "  # noqa: S608
+    "WHERE source = ANY(?::text[]) FOR NO KEY UPDATE"
 )
-#: The instances' silent moments before their heartbeats are written (their rows are locked
-#: by the instance upsert before it, until the commit).
-_HELD: Final = f"SELECT {tallies.HELD_COLUMNS} FROM instances WHERE source = ANY(?::text[])"  # noqa: S608
 _SILENT_MOVES: Final = (
     "INSERT INTO silent_tallies (minute, provider, version, zone, n) SELECT * FROM "
     "unnest(?::bigint[], ?::text[], ?::text[], ?::text[], ?::bigint[]) "

@@ -122,6 +122,12 @@ INSTANCE_COLUMNS: Final = (
     "source, provider, name, instance_id, zone, location, project, subscription, "
     "resource_group, scale_set, resource_id, first_seen, last_seen, attested"
 )
+#: The heartbeat's columns of an instance row (NULL in a row of a transaction that holds
+#: no heartbeat of its VM).
+HEARTBEAT_COLUMNS: Final = (
+    "last_heartbeat", "heartbeat_interval", "agent_version", "watcher_healthy", "spool_depth",
+    "started_at",
+)  # fmt: skip
 #: What an instance upsert does with a row already there: its times and the retired mark,
 #: columns no index of `instances` holds except the partial one of retired instances. An
 #: UPDATE that names an indexed column rewrites that column's index entries even when the
@@ -137,6 +143,18 @@ INSTANCE_TIMES: Final = (
     "retired_at = CASE WHEN excluded.last_seen > instances.last_seen "
     "THEN NULL ELSE instances.retired_at END"
 )
+#: The heartbeat folded into the same upsert, so a heartbeat writes its instance row once
+#: (one row version on PostgreSQL, one B-tree rewrite on SQLite): a later heartbeat only
+#: (one delivered late never makes a dead sidecar look alive; a tie goes to the later one,
+#: as applying them in order leaves it), and none at all when the row carries none.
+HEARTBEAT_LATER: Final = (
+    "excluded.last_heartbeat IS NOT NULL AND (instances.last_heartbeat IS NULL "
+    "OR instances.last_heartbeat <= excluded.last_heartbeat)"
+)
+INSTANCE_HEARTBEAT: Final = ", ".join(
+    f"{c} = CASE WHEN {HEARTBEAT_LATER} THEN excluded.{c} ELSE instances.{c} END"
+    for c in HEARTBEAT_COLUMNS
+)
 #: The identity of the upsert's row (and the attestation of its latest events).
 INSTANCE_IDENTITY: Final = (
     "provider", "name", "instance_id", "zone", "location", "project", "subscription",
@@ -144,34 +162,38 @@ INSTANCE_IDENTITY: Final = (
 )  # fmt: skip
 #: The whole upsert in one statement, for PostgreSQL's multi-row form
 #: (`bridge.fleet.postgres_store`): PostgreSQL compares the values of indexed columns, so
-#: an identity set to what it was leaves the indexes alone (a HOT update, when the page has
-#: room).
+#: an identity (or a heartbeat) set to what it was leaves the indexes alone (a HOT update,
+#: when the page has room).
 INSTANCE_CONFLICT: Final = (
     "ON CONFLICT (source) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in INSTANCE_IDENTITY)
-    + f", {INSTANCE_TIMES}"
+    + f", {INSTANCE_TIMES}, {INSTANCE_HEARTBEAT}"
 )
+#: The columns of an instance row with its heartbeat (`bridge.fleet.writes.InstanceRow`).
+INSTANCE_HEARTBEAT_COLUMNS: Final = f"{INSTANCE_COLUMNS}, {', '.join(HEARTBEAT_COLUMNS)}"
+#: SQLite, an instance of no heartbeat in the transaction (the row's first 14 columns): the
+#: heartbeat's columns are left out, so the index of when it turns silent is not rewritten.
 UPSERT_INSTANCE: Final = (
     f"INSERT INTO instances ({INSTANCE_COLUMNS}) "  # noqa: S608 (constants)
-    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"VALUES ({', '.join('?' * 14)}) "
     f"ON CONFLICT (source) DO UPDATE SET {INSTANCE_TIMES}"
 )
-#: After `UPSERT_INSTANCE`, with the same row (numbered parameters: `?1` is the source, the
-#: identity follows in `INSTANCE_COLUMNS` order, `?14` the attestation): the identity where
-#: it differs (SQLite's null-safe `IS NOT`), else nothing is written.
+#: SQLite, an instance with its latest heartbeat of the transaction (the whole row).
+UPSERT_INSTANCE_HEARTBEAT: Final = (
+    f"INSERT INTO instances ({INSTANCE_HEARTBEAT_COLUMNS}) "  # noqa: S608 (constants)
+    f"VALUES ({', '.join('?' * 20)}) "
+    f"ON CONFLICT (source) DO UPDATE SET {INSTANCE_TIMES}, {INSTANCE_HEARTBEAT}"
+)
+#: After `UPSERT_INSTANCE`, with the same row's first 14 columns (numbered parameters: `?1`
+#: is the source, the identity follows in `INSTANCE_COLUMNS` order, `?14` the
+#: attestation): the identity where it differs (SQLite's null-safe `IS NOT`), else nothing
+#: is written.
 UPDATE_IDENTITY: Final = (
     "UPDATE instances SET "  # noqa: S608 (constants)
     + ", ".join(f"{c} = ?{n}" for n, c in enumerate(INSTANCE_IDENTITY[:-1], 2))
     + ", attested = ?14 WHERE source = ?1 AND ("
     + " OR ".join(f"{c} IS NOT ?{n}" for n, c in enumerate(INSTANCE_IDENTITY[:-1], 2))
     + " OR attested IS NOT ?14)"
-)
-
-#: A later heartbeat only: one delivered late never makes a dead sidecar look alive.
-UPDATE_HEARTBEAT: Final = (
-    "UPDATE instances SET last_heartbeat = ?, heartbeat_interval = ?, agent_version = ?, "
-    "watcher_healthy = ?, spool_depth = ?, started_at = ? "
-    "WHERE source = ? AND (last_heartbeat IS NULL OR last_heartbeat <= ?)"
 )
 
 NOTICE_COLUMNS: Final = (

@@ -18,7 +18,7 @@ turns silent (`SILENT_AT`: its last heartbeat plus three of its intervals) is ta
 minute in `silent_tallies`; `silent_by` sums the minutes before now and counts the current
 minute through the index on `SILENT_AT`, so an outage of a whole region costs what a
 healthy fleet does. `reporting` is the total minus those. A heartbeat moves its instance
-to a later minute: the heartbeat writer (`writes.Writer.update_heartbeats`) moves a
+to a later minute: the heartbeat writer (`writes.Writer.upsert_instances`) moves a
 transaction's instances set-based (`silent_moves`, then one statement per minute and
 group, not three per heartbeat: a row trigger's upserts were most of a heartbeat's cost on
 PostgreSQL); triggers on `instances` count an insert and the other changes (an instance
@@ -220,8 +220,9 @@ def _silent_fill(minute: str) -> str:
 
 
 #: What the heartbeat writer reads of an instance before writing its heartbeat (in its
-#: transaction, after the instance upsert, which holds the row's lock on PostgreSQL until
-#: the commit: no other replica changes it in between).
+#: transaction, before the instance upsert that carries the heartbeat: SQLite's writer is
+#: alone; PostgreSQL's reads them `FOR NO KEY UPDATE`, so no other replica changes them in
+#: between).
 HELD_COLUMNS: Final = "source, last_heartbeat, heartbeat_interval, provider, agent_version, zone"
 #: A move of `silent_moves`: (minute, provider, version, zone) -> the change of its count.
 Moves = dict[tuple[int, str, str, str], int]
@@ -235,27 +236,35 @@ def silent_minute(last_heartbeat: float | None, interval: float | None) -> int:
     return math.floor((last_heartbeat + SILENT_AFTER_INTERVALS * interval) / 60)
 
 
-def silent_moves(held: Iterable[Sequence[Any]], rows: Iterable[Sequence[Any]]) -> Moves:
-    """The changes to `silent_tallies` of writing the heartbeat `rows` (those of
-    `sql.UPDATE_HEARTBEAT`: time, interval, version, ..., source, guard; one per instance)
-    over the instances as `held` (`HELD_COLUMNS`): each row that the update writes and
-    that moves its silent moment leaves its old minute and group for its new ones. The
-    rest (an older heartbeat, which the update skips; the same moment) are not this
-    writer's (`_SILENT_CHANGED`)."""
+def silent_moves(
+    held: Iterable[Sequence[Any]], rows: Iterable[Sequence[Any]], *, regroup: bool
+) -> Moves:
+    """The changes to `silent_tallies` of writing the heartbeats of the instance `rows`
+    (`sql.INSTANCE_HEARTBEAT_COLUMNS`, heartbeat set; one per instance) over the instances
+    as `held` (`HELD_COLUMNS`, read before the upsert): each row whose heartbeat the upsert
+    writes and that moves its silent moment leaves its old minute and group for its new
+    ones. The new group takes the row's provider and zone when the same statement writes
+    them (`regroup`: PostgreSQL's one upsert), else the held ones (SQLite: `UPDATE_IDENTITY`
+    follows, and the trigger moves an instance whose group changes with its heartbeat
+    unchanged). The rest are not this writer's (`_SILENT_CHANGED`): an instance not held
+    (its insert trigger counts it as written), an older heartbeat (the upsert skips it),
+    the same moment."""
     found = {str(row[0]): row for row in held}
     moves: Moves = {}
     for row in rows:
-        time, interval, version, source, guard = row[0], row[1], row[2], row[6], row[7]
+        source, time, interval, version = row[0], row[14], row[15], row[16]
         old = found.get(source)
-        if old is None:
-            continue  # no such instance: the update writes nothing
+        if old is None or time is None:
+            continue
         _source, last, every, provider, was, zone = old
-        if last is not None and last > guard:
-            continue  # a late heartbeat: the update skips it
+        if last is not None and last > time:
+            continue  # a late heartbeat: the upsert skips it
         if (last, every) == (time, interval):
             continue
         zone = zone or ""
         leave = (silent_minute(last, every), provider, was or UNKNOWN_VERSION, zone)
+        if regroup:
+            provider, zone = row[1], row[4] or ""
         enter = (silent_minute(time, interval), provider, version or UNKNOWN_VERSION, zone)
         moves[leave] = moves.get(leave, 0) - 1
         moves[enter] = moves.get(enter, 0) + 1

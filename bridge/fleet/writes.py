@@ -19,8 +19,9 @@ it holds. The outcome is what applying the batches one by one, in order, gives:
 - one instance row per VM: the earliest and latest event time, the attestation of its last
   event in order, and the identity of the latest event of its last batch (what an upsert
   per batch leaves);
-- one heartbeat per VM, its latest (a later one wins a tie, as the conditional UPDATE's
-  `<=` makes it when applied in order);
+- one heartbeat per VM, its latest (a later one wins a tie, as the conditional upsert's
+  `<=` makes it when applied in order), carried by the VM's instance row, so a heartbeat
+  writes that row once (`sql.HEARTBEAT_LATER`);
 - one notice row per notice: the transitions folded in order by the forward-only rule
   (`bridge.fleet.state.newer`) give the one a sequence of conditional upserts would leave,
   whatever the stored row was: the rule keeps the greater (rank, time), and a finished
@@ -39,7 +40,9 @@ from bridge.fleet.store import Accepted, Batch, IngestResult
 
 #: One audit-log row: source, id, type, instance, notice_id, time, received_at, ingest, body.
 EventRow = tuple[str, str, str, str, str | None, float, float, str, str]
-#: The instance row of `sql.UPSERT_INSTANCE` (the attestation last).
+#: The instance row of `sql.INSTANCE_HEARTBEAT_COLUMNS` (the identity, times and
+#: attestation, then the heartbeat's columns, all None when the transaction holds no
+#: heartbeat of the VM).
 InstanceRow = tuple[Any, ...]
 
 
@@ -65,11 +68,9 @@ class Writer(Protocol):
         """Append the events of `rows` (unique by source and id, in order) the audit log does
         not hold yet; the (source, id) of those that were new."""
 
-    def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None: ...
-
-    def update_heartbeats(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
-        """Write the heartbeat `rows` (`sql.UPDATE_HEARTBEAT`'s, one per instance) and
-        move the instances they make silent later in `silent_tallies`
+    def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None:
+        """Upsert the instance `rows` (one per instance) with their heartbeats, and move
+        the instances the heartbeats make silent later in `silent_tallies`
         (`bridge.fleet.tallies.silent_moves`: no trigger does)."""
 
     def upsert_notices(self, db: Any, rows: list[tuple[Any, ...]]) -> None: ...
@@ -95,23 +96,28 @@ class RowWriter:
         return inserted
 
     def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None:
-        db.executemany(sql.UPSERT_INSTANCE, rows)
-        db.executemany(sql.UPDATE_IDENTITY, rows)  # writes only the rows whose identity moved
-
-    def update_heartbeats(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
+        beating = [row for row in rows if row[14] is not None]
         held: list[tuple[Any, ...]] = []
-        for at in range(0, len(rows), HELD_CHUNK):
-            sources = [row[6] for row in rows[at : at + HELD_CHUNK]]
+        for at in range(0, len(beating), HELD_CHUNK):
+            sources = [row[0] for row in beating[at : at + HELD_CHUNK]]
             sources += [None] * (HELD_CHUNK - len(sources))  # one statement text, cached
             held += db.execute(_HELD, sources).fetchall()
-        db.executemany(sql.UPDATE_HEARTBEAT, rows)
-        tallies.move_silent(db, tallies.silent_moves(held, rows))
+        if len(beating) < len(rows):
+            db.executemany(sql.UPSERT_INSTANCE, [row[:14] for row in rows if row[14] is None])
+        if beating:
+            db.executemany(sql.UPSERT_INSTANCE_HEARTBEAT, beating)
+        # Writes only the rows whose identity moved; the trigger moves their silent tallies.
+        db.executemany(sql.UPDATE_IDENTITY, [row[:14] for row in rows])
+        if beating:
+            tallies.move_silent(db, tallies.silent_moves(held, beating, regroup=False))
 
     def upsert_notices(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
         db.executemany(sql.UPSERT_NOTICE, rows)
 
 
 ROWS = RowWriter()
+#: The heartbeat columns of an instance row whose VM sent none in the transaction.
+_NO_HEARTBEAT: Final = (None,) * len(sql.HEARTBEAT_COLUMNS)
 
 
 def apply(db: Any, batch: Batch, writer: Writer = ROWS) -> IngestResult:
@@ -175,8 +181,6 @@ def apply_many(db: Any, batches: Sequence[Batch], writer: Writer = ROWS) -> list
                     int(data.watcher_healthy),
                     data.spool_depth,
                     _epoch(data.started_at),
-                    event.source,
-                    seen,
                 )
         elif isinstance(data, contract.MaintenanceData):
             notice = (
@@ -197,9 +201,13 @@ def apply_many(db: Any, batches: Sequence[Batch], writer: Writer = ROWS) -> list
             if held is None or newer(held[6], held[8], data.status, time):
                 notices[(event.source, data.notice_id)] = notice
     if instances:
-        writer.upsert_instances(db, [tuple(row[:14]) for row in instances.values()])
-    if heartbeats:
-        writer.update_heartbeats(db, list(heartbeats.values()))
+        writer.upsert_instances(
+            db,
+            [
+                (*row[:14], *heartbeats.get(source, _NO_HEARTBEAT))
+                for source, row in instances.items()
+            ],
+        )
     if notices:
         writer.upsert_notices(db, list(notices.values()))
     rejected = [

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from bridge.fleet import migrations, sql, tallies
+from bridge.fleet import migrations, tallies
 from bridge.fleet.migrations import LATEST, SQLITE, Step
 from bridge.fleet.service import build_store
 from bridge.fleet.store import Batch, EventQuery, InstanceQuery, NoticeFilter, Store, StoreError
@@ -253,6 +253,15 @@ SILENT_CHANGED_BEFORE_10 = (
 )
 
 
+#: The heartbeat's own update, as the releases before the heartbeat was folded into the
+#: instance upsert wrote it (a later heartbeat only).
+UPDATE_HEARTBEAT_UNFOLDED = (
+    "UPDATE instances SET last_heartbeat = ?, heartbeat_interval = ?, agent_version = ?, "
+    "watcher_healthy = ?, spool_depth = ?, started_at = ? "
+    "WHERE source = ? AND (last_heartbeat IS NULL OR last_heartbeat <= ?)"
+)
+
+
 class WriterBefore10:
     """The store's writer as it was before step 10: heartbeats by the plain update, the
     trigger moving their instances in the silent tallies."""
@@ -269,10 +278,9 @@ class WriterBefore10:
         return set(self.rows.insert_events(db, rows))
 
     def upsert_instances(self, db: Any, rows: list[Any]) -> None:
-        self.rows.upsert_instances(db, rows)
-
-    def update_heartbeats(self, db: Any, rows: list[Any]) -> None:
-        db.executemany(sql.UPDATE_HEARTBEAT, rows)
+        self.rows.upsert_instances(db, [(*row[:14], *[None] * 6) for row in rows])
+        beats = [(*row[14:], row[0], row[14]) for row in rows if row[14] is not None]
+        db.executemany(UPDATE_HEARTBEAT_UNFOLDED, beats)
 
     def upsert_notices(self, db: Any, rows: list[Any]) -> None:
         self.rows.upsert_notices(db, rows)

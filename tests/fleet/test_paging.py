@@ -217,6 +217,45 @@ async def test_silent_counts_from_the_minute_tallies_equal_a_recount_at_any_time
         assert sorted(by_zone.items()) == expected, minutes
 
 
+async def test_silent_counts_follow_a_vm_moved_in_the_write_of_its_heartbeat(
+    store: Store,
+) -> None:
+    """The heartbeat is written by the instance upsert (one row write): a VM that moves to
+    another zone in the same write as a newer heartbeat, a late one, or one of the same
+    moment, alone or grouped with others, leaves the silent counts equal to a recount."""
+    vms = [azure_vm(f"vm-{i}", zone="1") for i in range(6)]
+    await store.ingest(batch(*(heartbeat(vm, at(0), interval=60.0) for vm in vms)))
+    moved = [azure_vm(f"vm-{i}", zone="2") for i in range(6)]
+    await store.ingest(batch(heartbeat(moved[0], at(5), interval=120.0, sequence=1)))
+    await store.ingest(batch(heartbeat(moved[1], at(-5), interval=300.0, sequence=1)))  # late
+    await store.ingest(batch(heartbeat(moved[2], at(0), interval=60.0, sequence=1)))  # same
+    await store.ingest_many(
+        [
+            batch(heartbeat(moved[3], at(6), interval=30.0, sequence=1)),
+            batch(heartbeat(vms[3], at(7), interval=45.0, sequence=2)),  # and back
+            batch(heartbeat(moved[4], at(-1), interval=600.0, sequence=1)),  # late
+            batch(heartbeat(moved[5], at(2), interval=60.0, sequence=1)),
+        ]
+    )
+
+    def recount(db: Any, now: float) -> list[tuple[str, int]]:
+        rows = db.execute(
+            "SELECT zone, COUNT(*) FROM instances WHERE last_heartbeat IS NULL "
+            "OR last_heartbeat + 3 * heartbeat_interval < ? GROUP BY zone ORDER BY zone",
+            (now,),
+        ).fetchall()
+        return [(str(z), int(n)) for z, n in rows]
+
+    for minutes in (0, 2, 3.5, 4, 5, 8, 9, 11, 30):
+        now = at(minutes).timestamp()
+        by_zone: dict[str, int] = {}
+        for _p, _v, zone, _total, silent in await store.instance_counts(now):
+            if silent:
+                by_zone[zone] = by_zone.get(zone, 0) + silent
+        expected = await store._read(lambda db, now=now: recount(db, now))  # type: ignore[attr-defined]
+        assert sorted(by_zone.items()) == expected, minutes
+
+
 async def test_a_store_written_before_the_counts_is_counted_once_on_open(
     store_url: str, store: Store
 ) -> None:
