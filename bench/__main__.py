@@ -24,7 +24,7 @@ import psutil
 
 from bench import aws, drain, idle, latency, startup
 from bench.plain import ANSWERED
-from bench.procs import ROOT, Proc, spawn, webhook
+from bench.procs import ROOT, Proc, commit, spawn, webhook
 from bench.receiver import Receiver
 from bench.report import (
     ANSWERED_DRAIN,
@@ -289,7 +289,7 @@ async def run(
     parts: Sequence[str] = tuple(PARTS),
     profiles: bool = True,
 ) -> Results:
-    results = Results(mode, load=[_load()], commit=_commit())
+    results = Results(mode, load=[_load()], commit=commit())
     _compile_bytecode()
     began = time.monotonic()
     receiver_proc, receiver = await start_receiver("bench.receiver", workdir)
@@ -360,22 +360,6 @@ def _compile_bytecode() -> None:
 
     for package in ("bridge", "sinks", "bench", "tests"):
         compileall.compile_dir(ROOT / package, quiet=2, workers=1)
-
-
-def _commit() -> str | None:
-    """The checkout's commit, marked when tracked files differ from it (a report must say
-    what it measured)."""
-    import subprocess
-
-    from bridge.infra.buildinfo import git_commit
-
-    found = git_commit(ROOT)
-    if found is None:
-        return None
-    changed = subprocess.run(
-        ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"], capture_output=True, check=False
-    )
-    return f"{found} + changes" if changed.returncode else found
 
 
 def _load() -> float:
