@@ -28,6 +28,7 @@ from bridge.fleet.store import (
     NoticeFilter,
     StartFilter,
 )
+from bridge.infra.sqlparams import chunks, marks
 
 T = TypeVar("T")
 _JSON: Final = msgspec.json.Decoder(dict[str, Any])
@@ -208,8 +209,7 @@ class Reads:
         audit log's (source, notice_id) index, a chunk of notices per statement."""
         history: list[tuple[Any, ...]] = []
         wanted = list(notices)
-        for start in range(0, len(wanted), HISTORY_CHUNK):
-            chunk = wanted[start : start + HISTORY_CHUNK]
+        for chunk in chunks(wanted, HISTORY_CHUNK):
             values = ", ".join(["(?, ?)"] * len(chunk))
             history += db.execute(
                 f"{_HISTORY_BY_KEY} JOIN (VALUES {values}) k "
@@ -246,9 +246,9 @@ class Reads:
         if keys is None:
             cursor = db.execute(f"{_INSTANCES} ORDER BY name, source")
         else:
-            marks = ", ".join("?" * len(keys))
+            places = marks(len(keys))
             cursor = db.execute(
-                f"{_INSTANCES} WHERE name IN ({marks}) OR source IN ({marks}) "
+                f"{_INSTANCES} WHERE name IN ({places}) OR source IN ({places}) "
                 "ORDER BY name, source",
                 [*keys, *keys],
             )
@@ -386,12 +386,11 @@ class Reads:
         soonest first: primary key seeks, a chunk of sources per statement."""
         found: list[tuple[str, str, str | None]] = []
         column = "n.body" if bodies else "NULL"
-        for start in range(0, len(sources), HISTORY_CHUNK):
-            chunk = sources[start : start + HISTORY_CHUNK]
-            marks = ", ".join("?" * len(chunk))
+        for chunk in chunks(sources, HISTORY_CHUNK):
+            places = marks(len(chunk))
             rows = db.execute(
                 f"SELECT n.source, n.notice_id, {column} FROM notices n "  # noqa: S608
-                f"WHERE n.source IN ({marks}) AND n.rank < {FINISHED_RANK} "
+                f"WHERE n.source IN ({places}) AND n.rank < {FINISHED_RANK} "
                 f"ORDER BY {NOTICE_ORDER}",
                 list(chunk),
             ).fetchall()

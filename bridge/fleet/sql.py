@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from bridge.infra.sqlparams import marks
+
 #: Serial key column, per dialect.
 SQLITE_SERIAL: Final = "INTEGER PRIMARY KEY"
 POSTGRES_SERIAL: Final = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
@@ -175,13 +177,13 @@ INSTANCE_HEARTBEAT_COLUMNS: Final = f"{INSTANCE_COLUMNS}, {', '.join(HEARTBEAT_C
 #: heartbeat's columns are left out, so the index of when it turns silent is not rewritten.
 UPSERT_INSTANCE: Final = (
     f"INSERT INTO instances ({INSTANCE_COLUMNS}) "  # noqa: S608 (constants)
-    f"VALUES ({', '.join('?' * 14)}) "
+    f"VALUES ({marks(14)}) "
     f"ON CONFLICT (source) DO UPDATE SET {INSTANCE_TIMES}"
 )
 #: SQLite, an instance with its latest heartbeat of the transaction (the whole row).
 UPSERT_INSTANCE_HEARTBEAT: Final = (
     f"INSERT INTO instances ({INSTANCE_HEARTBEAT_COLUMNS}) "  # noqa: S608 (constants)
-    f"VALUES ({', '.join('?' * 20)}) "
+    f"VALUES ({marks(20)}) "
     f"ON CONFLICT (source) DO UPDATE SET {INSTANCE_TIMES}, {INSTANCE_HEARTBEAT}"
 )
 #: After `UPSERT_INSTANCE`, with the same row's first 14 columns (numbered parameters: `?1`

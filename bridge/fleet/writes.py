@@ -37,6 +37,7 @@ from bridge import contract
 from bridge.fleet import bounds, sql, tallies
 from bridge.fleet.state import RANK, newer, zone_of
 from bridge.fleet.store import Accepted, Batch, IngestResult
+from bridge.infra.sqlparams import chunks, marks
 
 #: One audit-log row: source, id, type, instance, notice_id, time, received_at, ingest, body.
 EventRow = tuple[str, str, str, str, str | None, float, float, str, str]
@@ -80,7 +81,7 @@ class Writer(Protocol):
 HELD_CHUNK: Final = 100
 _HELD: Final = (
     f"SELECT {tallies.HELD_COLUMNS} FROM instances "  # noqa: S608 (constants)
-    f"WHERE source IN ({', '.join('?' * HELD_CHUNK)})"
+    f"WHERE source IN ({marks(HELD_CHUNK)})"
 )
 
 
@@ -98,8 +99,8 @@ class RowWriter:
     def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None:
         beating = [row for row in rows if row[14] is not None]
         held: list[tuple[Any, ...]] = []
-        for at in range(0, len(beating), HELD_CHUNK):
-            sources = [row[0] for row in beating[at : at + HELD_CHUNK]]
+        for chunk in chunks(beating, HELD_CHUNK):
+            sources = [row[0] for row in chunk]
             sources += [None] * (HELD_CHUNK - len(sources))  # one statement text, cached
             held += db.execute(_HELD, sources).fetchall()
         if len(beating) < len(rows):

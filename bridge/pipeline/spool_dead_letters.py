@@ -15,7 +15,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
-from bridge.pipeline.spool_records import DeadLetter, chunked, marks
+from bridge.infra.sqlparams import chunks, marks
+from bridge.pipeline.spool_records import CHUNK, DeadLetter
 
 DEFAULT_MAX_PENDING: Final = 100_000
 SPOOL_FULL: Final = "spool full: more than delivery.max_pending events waiting for this sink"
@@ -49,7 +50,7 @@ def bound_queues(
 def collect(db: sqlite3.Connection, seqs: Sequence[int]) -> None:
     """Inside the caller's transaction: drop event bodies that no sink needs any more (not
     waiting in a queue, not kept as a dead letter); one statement per `CHUNK` events."""
-    for chunk in chunked(seqs):
+    for chunk in chunks(seqs, CHUNK):
         db.execute(
             f"DELETE FROM events WHERE seq IN ({marks(len(chunk))}) "  # noqa: S608 (only ?s)
             "AND NOT EXISTS (SELECT 1 FROM pending WHERE pending.seq = events.seq) "

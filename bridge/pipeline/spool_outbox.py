@@ -17,9 +17,10 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from bridge.infra.sqlparams import chunks, marks
 from bridge.pipeline import spool_state
 from bridge.pipeline.spool_dead_letters import bound_queues, collect
-from bridge.pipeline.spool_records import NewEvent, Spooled, chunked, marks
+from bridge.pipeline.spool_records import CHUNK, NewEvent, Spooled
 
 #: WAL frames past which a commit checkpoints the WAL into the database file: a notice's
 #: commit and a drain's acknowledgements only when the WAL is this long (SQLite's default),
@@ -97,7 +98,7 @@ def ack(db: sqlite3.Connection, sink: str, seqs: Sequence[int]) -> None:
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute(f"PRAGMA wal_autocheckpoint={frames}")
     db.execute("BEGIN IMMEDIATE")
-    for chunk in chunked(seqs):
+    for chunk in chunks(seqs, CHUNK):
         db.execute(
             f"DELETE FROM pending WHERE sink = ? AND seq IN ({marks(len(chunk))})",  # noqa: S608
             (sink, *chunk),

@@ -7,7 +7,6 @@ these names without importing each other in a circle.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -54,14 +53,3 @@ class DeadLetter:
     reason: str
     attempts: int
     at: float
-
-
-def chunked(seqs: Sequence[int]) -> Iterator[Sequence[int]]:
-    """`seqs` in slices of at most `CHUNK`, for one statement each."""
-    for start in range(0, len(seqs), CHUNK):
-        yield seqs[start : start + CHUNK]
-
-
-def marks(count: int) -> str:
-    """The placeholders of an `IN` list of `count` values: "?, ?, ?"."""
-    return ", ".join("?" * count)
