@@ -53,6 +53,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import aiohttp
 import psutil
@@ -60,11 +61,12 @@ import psutil
 from bench.dashboard import browser_loads
 from bench.drain import environment
 from bench.fleet import SECRET, ingest, latency
-from bench.fleet_ingest import Figure, eventhubs, kafka, pubsub
+from bench.fleet_ingest import Figure, cpu_seconds, eventhubs, kafka, pubsub
 from bench.fleet_ingest import stores as throwaway_stores
 from bench.fleet_prefill import CHUNK as FILL_CHUNK
 from bench.fleet_prefill import prefill as fast_prefill
 from bench.fleet_workload import Workload
+from bench.fleet_writes import server_cpu
 from bench.procs import ROOT, Proc, child_env, commit, peak_rss_mb, spawn
 from bench.stats import Summary, summarize
 from bridge import contract
@@ -149,6 +151,9 @@ class StoreFigures:
     posts_rounds: list[tuple[float, float]] = field(default_factory=list)
     posts_ratio: float = 0.0
     batch_rate: float = 0.0
+    #: CPU microseconds per event of the HTTP batches: the fleet process's, the senders'
+    #: (this process) and the database server's (PostgreSQL; None for SQLite, in the fleet).
+    batch_cpu: tuple[float, float, float | None] | None = None
     reads: list[Reads] = field(default_factory=list)
     first_table: Summary | None = None
     rss_mb: float = 0.0
@@ -440,6 +445,39 @@ async def reads(url: str, workload: Workload, sizes: Scale) -> list[Reads]:
     return found
 
 
+def database_server(url: str) -> int | None:
+    """The pid of the PostgreSQL server listening on `url`'s port (None for SQLite, which
+    runs in the fleet process, or when it cannot be found): its CPU is part of what an
+    event costs."""
+    if not url.startswith("postgresql://"):
+        return None
+    port = urlsplit(url).port
+    with contextlib.suppress(psutil.Error):
+        for connection in psutil.net_connections(kind="tcp"):
+            address = connection.laddr
+            if connection.status == psutil.CONN_LISTEN and address and address.port == port:
+                return connection.pid
+    return None
+
+
+def batch_budget(f: StoreFigures) -> str:
+    """The CPU an event of the HTTP batches cost, per process, and the rate those costs allow
+    on this host's cores (all of them busy, nothing else running): the ceiling the batch
+    figure sits under, and which part would have to shrink to lift it."""
+    if f.batch_cpu is None:
+        return ""
+    fleet_us, sender_us, server_us = f.batch_cpu
+    total = fleet_us + sender_us + (server_us or 0.0)
+    parts = [f"fleet {fleet_us:.0f}", f"senders {sender_us:.0f}"]
+    if server_us is not None:
+        parts.append(f"PostgreSQL {server_us:.0f}")
+    cores = os.cpu_count() or 1
+    return (
+        f"; CPU per event {', '.join(parts)} us: at most {cores * 1e6 / total:,.0f} events/s "
+        f"on {cores} cores at these costs"
+    )
+
+
 # -- the bus sources --------------------------------------------------------------------------
 
 
@@ -515,9 +553,15 @@ async def measure(
                 await one_event_posts(figures, fleet_url, floor_url, workload, sizes.posts)
         log(f"{name}: HTTP batches of 100")
         with noted(notes, "HTTP batches"):
-            figures.batch_rate = await ingest(
-                fleet_url, workload.heartbeats(sizes.batch_events, first_sequence=3_000_000)
+            bodies = workload.heartbeats(sizes.batch_events, first_sequence=3_000_000)
+            server = database_server(url)
+            before = proc.cpu_seconds(), cpu_seconds(), server_cpu(server) if server else 0.0
+            figures.batch_rate = await ingest(fleet_url, bodies)
+            after = proc.cpu_seconds(), cpu_seconds(), server_cpu(server) if server else 0.0
+            fleet_us, sender_us, server_us = (
+                (end - start) / len(bodies) * 1e6 for start, end in zip(before, after, strict=True)
             )
+            figures.batch_cpu = (fleet_us, sender_us, server_us if server else None)
         with noted(notes, "reads"):
             figures.reads = await reads(fleet_url, workload, sizes)
         log(f"{name}: the page in Chromium")
@@ -604,7 +648,7 @@ def store_table(f: StoreFigures, sizes: Scale) -> list[str]:
         (
             "HTTP batches of 100, 4 senders",
             f">= {BATCH_TARGET:,.0f} events/s",
-            f"{f.batch_rate:,.0f} events/s",
+            f"{f.batch_rate:,.0f} events/s{batch_budget(f)}",
             f.batch_rate >= BATCH_TARGET,
         )
     )

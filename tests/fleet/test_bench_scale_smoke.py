@@ -38,4 +38,8 @@ def test_the_smoke_size_writes_every_figure_for_each_store(tmp_path: Path) -> No
             "burst: API during it",
         ):
             assert figure in section, (store, figure)
+        # The batch figure says what an event cost and the ceiling that sets on this host.
+        budget = re.search(r"CPU per event fleet \d+, senders \d+(, PostgreSQL \d+)? us", section)
+        assert budget is not None, section
+        assert (budget.group(1) is not None) == (store == "PostgreSQL")
     assert (tmp_path / "fleet-scale.png").read_bytes().startswith(b"\x89PNG")
