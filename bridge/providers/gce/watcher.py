@@ -97,9 +97,9 @@ async def _until_spooled(handled: asyncio.Future[None]) -> None:
         await asyncio.wait([handled], timeout=_HANDLED_WAIT)
 
 
-#: The keys' updates on their way to `watch`, each with the future `watch` resolves once the
-#: runner is done with it (`_until_spooled`).
-_Updates = asyncio.Queue[tuple[Update, "asyncio.Future[None]"]]
+#: What reaches `watch` from the keys' tasks: an update with the future `watch` resolves once
+#: the runner is done with it (`_until_spooled`), or a key's task that ended (its exception).
+_Updates = asyncio.Queue[tuple[Update, "asyncio.Future[None]"] | asyncio.Task[None]]
 
 
 def new_client(config: GceSource, **options: Any) -> MetadataClient:
@@ -442,7 +442,7 @@ class GceWatcher(ClientWatcher[GceSource]):
             progressed()
             if notices:
                 handled = asyncio.get_running_loop().create_future()
-                await queue.put((Update(tuple(notices), self.checkpoint()), handled))
+                queue.put_nowait((Update(tuple(notices), self.checkpoint()), handled))
                 await _until_spooled(handled)
             if new_etag is None:
                 # No ETag to wait on (upcoming-maintenance says "nothing" with 404/503, or an
@@ -460,18 +460,21 @@ class GceWatcher(ClientWatcher[GceSource]):
 
     async def watch(self) -> AsyncIterator[Update]:
         await self.identify()
+        # One queue carries both the updates and the keys' tasks that end, so each update
+        # wakes this loop once: waiting on the queue and the tasks together (a getter task
+        # and `asyncio.wait` per update) took three turns of the event loop, cold, on every
+        # notice's way to the spool.
         queue: _Updates = asyncio.Queue()
         tasks = [asyncio.create_task(self._follow(key, queue), name=key) for key in self._keys()]
+        for task in tasks:
+            task.add_done_callback(queue.put_nowait)
         try:
             while True:
-                getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait([getter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    for task in done:
-                        task.result()  # a key task died: surface its exception to the runner
+                item = await queue.get()
+                if isinstance(item, asyncio.Task):
+                    item.result()  # a key task died: surface its exception to the runner
                     continue
-                update, handled = getter.result()
+                update, handled = item
                 try:
                     yield update
                 finally:  # the runner is done with it (or the watch ends)
