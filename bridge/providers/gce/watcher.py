@@ -14,7 +14,6 @@ notice that ends an episode carries the id of the one that began it, across rest
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +34,7 @@ from bridge.pipeline.watchers.base import (
     episode_id,
     fingerprint,
     load_json,
+    plain_copy,
 )
 from bridge.pipeline.watchers.http import MetadataClient, RequestStats
 from bridge.providers.gce.settings import GceSource
@@ -451,8 +451,7 @@ class GceWatcher(ClientWatcher[GceSource]):
             etag = new_etag
 
     def checkpoint(self) -> dict[str, Any]:
-        copy: dict[str, Any] = json.loads(json.dumps(self._checkpoint))  # deep, plain JSON
-        return copy
+        return plain_copy(self._checkpoint)
 
     @property
     def parts(self) -> dict[str, RequestStats]:
