@@ -398,6 +398,9 @@ class GceWatcher(ClientWatcher[GceSource]):
             accept=accept,
             validate=_validator(key),
             track=self.key_stats.get(key),
+            # A long poll's answer is a notice: on a connection of its own, which the kernel
+            # acknowledges on arrival, so a two-send answer arrives whole (bridge.infra.http1).
+            fresh=etag is not None,
         )
         new_etag = response.headers.get("etag") if response.status == 200 else None
         return response.status, response.text, new_etag
