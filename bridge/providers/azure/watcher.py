@@ -268,6 +268,12 @@ class AzureWatcher(ClientWatcher[AzureSource]):
         mine = self._mine(events)
         for event_id, event in mine.items():
             known = self._known.get(event_id)
+            if known is not None and known.get("event") == event:
+                # Unchanged since the last poll, so is what was read of it (its status,
+                # revision and NotBefore): nothing to announce, nothing to remember anew.
+                # Parsing its NotBefore and fingerprinting it again cost each poll (once a
+                # second, for the life of the VM) about 40 us per event already known.
+                continue
             status_text = event.get("EventStatus")
             not_before = self._not_before(event_id, event.get("NotBefore"))
             if not_before is None and known:
