@@ -40,15 +40,18 @@ def write(
             "updated = excluded.updated",
             (name, msgspec.json.encode(state).decode(), now),
         )
-    db.executemany(
-        "INSERT OR IGNORE INTO actions (key, state, detail, updated) VALUES (?, 'planned', ?, ?)",
-        [(key, detail, now) for key, detail in plan.items()],
-    )
-    db.executemany(
-        "INSERT INTO actions (key, state, detail, updated) VALUES (?, ?, '{}', ?) "
-        "ON CONFLICT(key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
-        [(key, state, now) for key, state in states.items()],
-    )
+    if plan:  # most commits plan no action and set no state: no statement for them
+        db.executemany(
+            "INSERT OR IGNORE INTO actions (key, state, detail, updated) "
+            "VALUES (?, 'planned', ?, ?)",
+            [(key, detail, now) for key, detail in plan.items()],
+        )
+    if states:
+        db.executemany(
+            "INSERT INTO actions (key, state, detail, updated) VALUES (?, ?, '{}', ?) "
+            "ON CONFLICT(key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
+            [(key, state, now) for key, state in states.items()],
+        )
     for key, body in in_force.items():
         if body is None:
             db.execute("DELETE FROM in_force WHERE key = ?", (key,))
