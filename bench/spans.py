@@ -32,6 +32,8 @@ from bench.stats import Series
 
 #: (module, class, method: a coroutine, or a function run on a thread) -> step name in OUT.
 WRAPPED = {
+    # the metadata client's request that carried the change (its answer read and checked)
+    ("bridge.pipeline.watchers.http", "MetadataClient", "request"): "answer",
     ("bridge.runner", "Bridge", "_commit"): "update",
     ("bridge.pipeline.spool", "Spool", "commit"): "commit",
     # on the spool's thread: any call there, the commit's transaction, its fsync
@@ -118,7 +120,9 @@ def read(path: Path) -> dict[str, list[tuple[float, float]]]:
 
 def breakdown(series: Series, path: Path) -> list[str]:
     """Median milliseconds of each step per transition of `series` (the run that wrote
-    `path`): from the server's answer to the update reaching the runner, the events built,
+    `path`): from the server's answer until the metadata client returns it, read and
+    checked (the plain server's body waits for the head's acknowledgement in there), then
+    the update reaching the runner, the events built,
     the hand-off to the spool's thread, the transaction, the waiting worker's window read
     after it, the fsync, the way back to the event loop (the dispatcher is woken when the
     commit returns), the runner's bookkeeping and the dispatcher until the POST starts, the
@@ -132,11 +136,18 @@ def breakdown(series: Series, path: Path) -> list[str]:
     def first_after(step: str, moment: float) -> tuple[float, float] | None:
         return next((c for c in spans.get(step, []) if c[0] >= moment - 1e-4), None)
 
+    def last_end_before(step: str, moment: float) -> float | None:
+        return max((end for _, end in spans.get(step, []) if end <= moment), default=None)
+
     for answered, ours in zip(series.answered, series.ours, strict=True):
         held = answered + ours / 1000
         update = first_after("update", answered)
         commit = first_after("commit", update[0]) if update else None
         if update is None or commit is None:
+            continue
+        # The request whose answer carried the change returned last before the update.
+        returned = last_end_before("answer", update[0])
+        if returned is None or returned < answered:
             continue
         call = first_after("call", commit[0])
         transaction = first_after("transaction", commit[0])
@@ -146,7 +157,9 @@ def breakdown(series: Series, path: Path) -> list[str]:
         if call is None or transaction is None or fsync is None or post is None:
             continue
         for name, start, end in (
-            ("answer read, parsed and diffed; update to the runner", answered, update[0]),
+            ("the answer read and checked, until the metadata client returns it", answered,
+             returned),
+            ("parsed and diffed; the update to the runner", returned, update[0]),
             ("events built, until the spool commit starts", update[0], commit[0]),
             ("hand-off to the spool's thread", commit[0], call[0]),
             ("the transaction (SQLite, synchronous=NORMAL)", transaction[0], transaction[1]),

@@ -98,3 +98,27 @@ async def test_without_quick_acks_the_same_server_waits_for_the_delayed_ack(
 
     # The first request rides the fresh connection's quick-ack mode; the rest wait.
     assert statistics.median(times) > DELAYED_ACK_MS / 2, times
+
+
+async def test_fresh_requests_each_get_a_connection_closed_once_the_next_is_sent(
+    head_then_body: str,
+) -> None:
+    """GCE's long polls (see `bridge.infra.http1`): a connection's first answer is
+    acknowledged on arrival, so each long poll gets its own; the previous one is closed
+    only after the next request is written, never on the answer's way."""
+    client = http1.Http1Client(head_then_body, timeout=10.0, user_agent="test")
+    try:
+        first = await client.request("GET", fresh=True)
+        (kept,) = client._retired  # done with its answer, not closed on its way
+        assert not kept.writer.is_closing()
+
+        second = await client.request("GET", fresh=True)
+
+        assert first.json() == second.json() == {"ok": True}
+        assert kept.writer.is_closing()  # closed once the second request was sent
+        (newer,) = client._retired
+        assert newer is not kept
+        assert client._idle == []  # fresh connections never serve other requests
+    finally:
+        await client.aclose()
+    assert newer.writer.is_closing()

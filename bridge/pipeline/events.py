@@ -129,13 +129,15 @@ def maintenance_data(notice: Notice) -> contract.MaintenanceData:
 def to_event(notice: Notice) -> contract.Event:
     """The event that announces `notice` (pure; see the module docstring): what the spool
     stores, as `contract.encode` writes it."""
+    ident = event_id(notice)  # once: the traceparent's span derives from it too
+    source = notice.instance.source
     return contract.Event(
-        id=event_id(notice),
-        source=notice.instance.source,
+        id=ident,
+        source=source,
         type=TYPE_PREFIX + notice.status.value,
         subject=notice.instance.name,
         time=notice.observed_at.astimezone(UTC),
-        traceparent=traceparent(notice),
+        traceparent=trace_context(maintenance_trace(source, notice.notice_id), ident),
         data=maintenance_data(notice),
     )
 

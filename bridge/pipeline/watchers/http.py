@@ -104,6 +104,7 @@ class RequestOptions(TypedDict, total=False):
     timeout: float | None
     accept: Collection[int]
     headers: Mapping[str, str] | None
+    fresh: bool
 
 
 class MetadataClient:
@@ -158,16 +159,24 @@ class MetadataClient:
         timeout: float | None = None,
         accept: Collection[int] = (200,),
         headers: Mapping[str, str] | None = None,
+        fresh: bool = False,
     ) -> Response:
         """One attempt; raises `MetadataError` unless the status is in `accept`.
 
         `headers` are added to the vendor's for this request only (AWS: the session token).
+        `fresh`: on a new connection of its own (GCE's long polls, see `bridge.infra.http1`).
         """
         self.stats.requests += 1
         started = time.monotonic()
         try:
             response = await self._client.request(
-                method, path, params=params, body=content or b"", timeout=timeout, headers=headers
+                method,
+                path,
+                params=params,
+                body=content or b"",
+                timeout=timeout,
+                headers=headers,
+                fresh=fresh,
             )
         except RequestTimeoutError as exc:
             self.stats.durations.observe(time.monotonic() - started)

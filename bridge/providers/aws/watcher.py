@@ -34,7 +34,6 @@ bridge was down is looked up in the history rather than guessed.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -42,7 +41,7 @@ from typing import Any, Final, TypeVar
 
 from bridge.infra.timeparse import parse_optional_time, parse_time
 from bridge.pipeline.model import Instance, Kind, Notice, Provider, Status, Window
-from bridge.pipeline.watchers.base import ClientWatcher, Update, fingerprint
+from bridge.pipeline.watchers.base import ClientWatcher, Update, fingerprint, plain_copy
 from bridge.pipeline.watchers.http import MetadataClient, MetadataError
 from bridge.providers.aws import imds
 from bridge.providers.aws.settings import AwsSource
@@ -143,8 +142,7 @@ class AwsWatcher(ClientWatcher[AwsSource]):
             "events": self._events,
             "lifecycle": self._lifecycle,
         }
-        copy: dict[str, Any] = json.loads(json.dumps(state))  # deep, plain JSON
-        return copy
+        return plain_copy(state)
 
     # -- reading IMDS ------------------------------------------------------------------------
     async def _read(self, path: str, parse: Callable[[bytes], T]) -> T | None:

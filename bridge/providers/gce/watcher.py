@@ -14,7 +14,6 @@ notice that ends an episode carries the id of the one that began it, across rest
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +34,7 @@ from bridge.pipeline.watchers.base import (
     episode_id,
     fingerprint,
     load_json,
+    plain_copy,
 )
 from bridge.pipeline.watchers.http import MetadataClient, RequestStats
 from bridge.providers.gce.settings import GceSource
@@ -97,9 +97,9 @@ async def _until_spooled(handled: asyncio.Future[None]) -> None:
         await asyncio.wait([handled], timeout=_HANDLED_WAIT)
 
 
-#: The keys' updates on their way to `watch`, each with the future `watch` resolves once the
-#: runner is done with it (`_until_spooled`).
-_Updates = asyncio.Queue[tuple[Update, "asyncio.Future[None]"]]
+#: What reaches `watch` from the keys' tasks: an update with the future `watch` resolves once
+#: the runner is done with it (`_until_spooled`), or a key's task that ended (its exception).
+_Updates = asyncio.Queue[tuple[Update, "asyncio.Future[None]"] | asyncio.Task[None]]
 
 
 def new_client(config: GceSource, **options: Any) -> MetadataClient:
@@ -398,6 +398,9 @@ class GceWatcher(ClientWatcher[GceSource]):
             accept=accept,
             validate=_validator(key),
             track=self.key_stats.get(key),
+            # A long poll's answer is a notice: on a connection of its own, which the kernel
+            # acknowledges on arrival, so a two-send answer arrives whole (bridge.infra.http1).
+            fresh=etag is not None,
         )
         new_etag = response.headers.get("etag") if response.status == 200 else None
         return response.status, response.text, new_etag
@@ -442,7 +445,7 @@ class GceWatcher(ClientWatcher[GceSource]):
             progressed()
             if notices:
                 handled = asyncio.get_running_loop().create_future()
-                await queue.put((Update(tuple(notices), self.checkpoint()), handled))
+                queue.put_nowait((Update(tuple(notices), self.checkpoint()), handled))
                 await _until_spooled(handled)
             if new_etag is None:
                 # No ETag to wait on (upcoming-maintenance says "nothing" with 404/503, or an
@@ -451,8 +454,7 @@ class GceWatcher(ClientWatcher[GceSource]):
             etag = new_etag
 
     def checkpoint(self) -> dict[str, Any]:
-        copy: dict[str, Any] = json.loads(json.dumps(self._checkpoint))  # deep, plain JSON
-        return copy
+        return plain_copy(self._checkpoint)
 
     @property
     def parts(self) -> dict[str, RequestStats]:
@@ -460,18 +462,21 @@ class GceWatcher(ClientWatcher[GceSource]):
 
     async def watch(self) -> AsyncIterator[Update]:
         await self.identify()
+        # One queue carries both the updates and the keys' tasks that end, so each update
+        # wakes this loop once: waiting on the queue and the tasks together (a getter task
+        # and `asyncio.wait` per update) took three turns of the event loop, cold, on every
+        # notice's way to the spool.
         queue: _Updates = asyncio.Queue()
         tasks = [asyncio.create_task(self._follow(key, queue), name=key) for key in self._keys()]
+        for task in tasks:
+            task.add_done_callback(queue.put_nowait)
         try:
             while True:
-                getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait([getter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    for task in done:
-                        task.result()  # a key task died: surface its exception to the runner
+                item = await queue.get()
+                if isinstance(item, asyncio.Task):
+                    item.result()  # a key task died: surface its exception to the runner
                     continue
-                update, handled = getter.result()
+                update, handled = item
                 try:
                     yield update
                 finally:  # the runner is done with it (or the watch ends)
