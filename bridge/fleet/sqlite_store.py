@@ -20,10 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, TypeVar
 
-from bridge.fleet import migrations, sql
+from bridge.fleet import migrations, sql, writes
 from bridge.fleet.reads import ReadQueries
 from bridge.fleet.store import Batch, IngestResult, StoreError, UnstorableError
-from bridge.fleet.writes import apply_many
 from bridge.infra.backoff import retry_for
 
 T = TypeVar("T")
@@ -165,9 +164,13 @@ class SqliteStore(ReadQueries):
         return result
 
     async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+        # The rows are composed here, on the caller's loop: the writer thread's turn is
+        # every write's, so it only runs the statements.
+        planned = writes.plan(batches)
+
         def write(db: sqlite3.Connection) -> list[IngestResult]:
             db.execute("BEGIN IMMEDIATE")
-            results = apply_many(db, batches)
+            results = writes.write(db, planned)
             db.execute("COMMIT")
             return results
 
