@@ -15,8 +15,14 @@ store's), in the shapes ingest produces:
 - `group`: one-event batches, `GROUP` per transaction, as group commit hands over many
   one-event posts;
 
-each for `heartbeats` (new heartbeats round the fleet: the steady state) and `transitions`
-(a region's maintenance: a notice scheduled, then started, per VM).
+each for `heartbeats` (new heartbeats round the fleet, VM after VM in the fleet's order),
+`heartbeats-due` (new heartbeats in the order they fall due: the VMs whose last heartbeat
+is the oldest first, so a transaction holds VMs from all over the fleet that heartbeated
+together 300 s before, as a real fleet's do) and `transitions` (a region's maintenance: a
+notice scheduled, then started, per VM). The two heartbeat orders load the indexes
+differently: in the fleet's order a transaction's VMs are neighbours in every index keyed
+by name or source (a few pages for a hundred rows) and spread over the index of when each
+turns silent (their last heartbeats were a second apart each); due, it is the reverse.
 
 After each SQLite figure, a `SQLite floor` row: what the engine alone costs. Fresh events
 of the same shape and kind are composed by the fleet's writer (`bridge.fleet.writes`)
@@ -40,6 +46,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -47,7 +54,7 @@ import psutil
 
 from bench.fleet_ingest import cpu_seconds
 from bench.fleet_prefill import prefill
-from bench.fleet_workload import Workload
+from bench.fleet_workload import INTERVAL, Workload, heartbeat
 from bridge import contract
 from bridge.fleet import writes
 from bridge.fleet.service import build_store
@@ -58,7 +65,7 @@ FLOOR: Final = "SQLite floor"
 BATCH: Final = 100
 GROUP: Final = 200
 SHAPES: Final = ("batch", "group")
-KINDS: Final = ("heartbeats", "transitions")
+KINDS: Final = ("heartbeats", "heartbeats-due", "transitions")
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,24 @@ class Figure:
             f"| {self.store} | {self.shape} | {self.kind} | {self.events:,} | "
             f"{self.fleet_us:.1f} | {server} | {total:.1f} |"
         )
+
+
+def due_heartbeats(workload: Workload, count: int, first_sequence: int) -> list[bytes]:
+    """`count` new heartbeats in the order they fall due after `workload.history()`,
+    whose latest round gave VM `i` a heartbeat `i % INTERVAL` seconds before its start: the
+    VMs of the oldest second first, then the next second's (a transaction's VMs are spread
+    over the fleet); round after round past `workload.instances`."""
+    every = int(INTERVAL)
+    order = sorted(range(workload.instances), key=lambda i: (-(i % every), i))
+    at = datetime.now(UTC)
+    return [
+        heartbeat(
+            workload.vms[order[n % workload.instances]],
+            first_sequence + n // workload.instances,
+            at,
+        )
+        for n in range(count)
+    ]
 
 
 def _accepted(bodies: Sequence[bytes]) -> list[Accepted]:
@@ -240,6 +265,9 @@ async def measure(
         nonlocal sequence
         if kind == "heartbeats":
             bodies = workload.heartbeats(count, first_sequence=sequence)
+            sequence += -(-count // workload.instances) + 1
+        elif kind == "heartbeats-due":
+            bodies = due_heartbeats(workload, count, sequence)
             sequence += -(-count // workload.instances) + 1
         else:
             bodies = workload.burst(count, tag=f"{shape}-{time.time_ns()}")
