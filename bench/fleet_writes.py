@@ -15,8 +15,25 @@ store's), in the shapes ingest produces:
 - `group`: one-event batches, `GROUP` per transaction, as group commit hands over many
   one-event posts;
 
-each for `heartbeats` (new heartbeats round the fleet: the steady state) and `transitions`
-(a region's maintenance: a notice scheduled, then started, per VM).
+each for `heartbeats` (new heartbeats round the fleet, VM after VM in the fleet's order),
+`heartbeats-due` (new heartbeats in the order they fall due: the VMs whose last heartbeat
+is the oldest first, so a transaction holds VMs from all over the fleet that heartbeated
+together 300 s before, as a real fleet's do) and `transitions` (a region's maintenance: a
+notice scheduled, then started, per VM). The two heartbeat orders load the indexes
+differently: in the fleet's order a transaction's VMs are neighbours in every index keyed
+by name or source (a few pages for a hundred rows) and spread over the index of when each
+turns silent (their last heartbeats were a second apart each); due, it is the reverse.
+
+After each SQLite figure, a `SQLite floor` row: what the engine alone costs. Fresh events
+of the same shape and kind are composed by the fleet's writer (`bridge.fleet.writes`)
+into their statements and rows without running the writes (its reads run: they are part
+of the work; every insert counts as new, as it is for fresh events), untimed; then plain
+sqlite3, on a connection of its own to the same file with the store's settings, runs
+those statements with those rows, transaction by transaction with the same commits, timed.
+No fleet code runs in that time, so the floor is SQLite's own CPU per event for the
+schema, indexes and triggers as they are, and `1e6 / floor` events/s is the ceiling one
+writer thread (the store has one: SQLite writes one transaction at a time) reaches
+however fast the fleet's Python around it, whatever the number of cores.
 """
 
 from __future__ import annotations
@@ -24,26 +41,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import sqlite3
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import psutil
 
 from bench.fleet_ingest import cpu_seconds
 from bench.fleet_prefill import prefill
-from bench.fleet_workload import Workload
+from bench.fleet_workload import INTERVAL, Workload, heartbeat
 from bridge import contract
+from bridge.fleet import writes
 from bridge.fleet.service import build_store
 from bridge.fleet.store import Accepted, Batch
 
+#: The name of the plain sqlite3 rows (`compose`, `replay`).
+FLOOR: Final = "SQLite floor"
 BATCH: Final = 100
 GROUP: Final = 200
 SHAPES: Final = ("batch", "group")
-KINDS: Final = ("heartbeats", "transitions")
+KINDS: Final = ("heartbeats", "heartbeats-due", "transitions")
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,24 @@ class Figure:
         )
 
 
+def due_heartbeats(workload: Workload, count: int, first_sequence: int) -> list[bytes]:
+    """`count` new heartbeats in the order they fall due after `workload.history()`,
+    whose latest round gave VM `i` a heartbeat `i % INTERVAL` seconds before its start: the
+    VMs of the oldest second first, then the next second's (a transaction's VMs are spread
+    over the fleet); round after round past `workload.instances`."""
+    every = int(INTERVAL)
+    order = sorted(range(workload.instances), key=lambda i: (-(i % every), i))
+    at = datetime.now(UTC)
+    return [
+        heartbeat(
+            workload.vms[order[n % workload.instances]],
+            first_sequence + n // workload.instances,
+            at,
+        )
+        for n in range(count)
+    ]
+
+
 def _accepted(bodies: Sequence[bytes]) -> list[Accepted]:
     return [Accepted(contract.from_cloudevent(body), body) for body in bodies]
 
@@ -78,6 +118,72 @@ def _transactions(items: list[Accepted], shape: str) -> list[list[Batch]]:
         ]
     ones = [Batch(ingest="http", received_at=now, accepted=[item]) for item in items]
     return [ones[at : at + GROUP] for at in range(0, len(ones), GROUP)]
+
+
+#: One call of a composed transaction: statement, parameters (rows for `executemany`), many.
+Call = tuple[str, Any, bool]
+
+
+class _NewRow:
+    """What a write the recorder did not run answers: one row written (fresh events)."""
+
+    rowcount: Final = 1
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+
+class _Recorder:
+    """Stands in for the store's connection while `writes.apply_many` composes a
+    transaction: a read runs on `db` (the writer uses its rows) and is kept, to be run
+    again in the floor's time; a write is only kept."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.calls: list[Call] = []
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> Any:
+        self.calls.append((statement, params, False))
+        if statement.lstrip().upper().startswith("SELECT"):
+            return self.db.execute(statement, params)
+        return _NewRow()
+
+    def executemany(self, statement: str, rows: Any) -> None:
+        self.calls.append((statement, list(rows), True))
+
+
+def compose(db: sqlite3.Connection, calls: list[list[Batch]]) -> list[list[Call]]:
+    """Each transaction of `calls` as the statements and rows the fleet's writer runs for
+    it, reading `db` where the writer reads. Exact for fresh events, as long as no VM
+    sends two heartbeats in `calls` (a later transaction's reads would see the state before
+    the earlier one's writes): true of `Workload.heartbeats(count <= instances)`."""
+    composed = []
+    for batches in calls:
+        recorder = _Recorder(db)
+        writes.apply_many(recorder, batches)
+        composed.append(recorder.calls)
+    return composed
+
+
+def replay(db: sqlite3.Connection, transactions: list[list[Call]]) -> None:
+    """Run `transactions` with plain sqlite3, each in its own write transaction."""
+    for calls in transactions:
+        db.execute("BEGIN IMMEDIATE")
+        for statement, params, many in calls:
+            if many:
+                db.executemany(statement, params)
+            else:
+                db.execute(statement, params).fetchall()
+        db.execute("COMMIT")
+
+
+def _floor_connection(path: str) -> sqlite3.Connection:
+    """A plain connection with the store's settings (`bridge.fleet.sqlite_store`)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA busy_timeout=10000")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    return db
 
 
 def server_cpu(pid: int) -> float:
@@ -151,16 +257,26 @@ async def measure(
     store = build_store(url)
     await store.open()
     figures = []
+    sqlite = url.removeprefix("sqlite://") if url.startswith("sqlite://") else None
+    floor_db = _floor_connection(sqlite) if sqlite else None
+    sequence = 2_000_000
+
+    def fresh(shape: str, kind: str) -> list[list[Batch]]:
+        nonlocal sequence
+        if kind == "heartbeats":
+            bodies = workload.heartbeats(count, first_sequence=sequence)
+            sequence += -(-count // workload.instances) + 1
+        elif kind == "heartbeats-due":
+            bodies = due_heartbeats(workload, count, sequence)
+            sequence += -(-count // workload.instances) + 1
+        else:
+            bodies = workload.burst(count, tag=f"{shape}-{time.time_ns()}")
+        return _transactions(_accepted(bodies), shape)
+
     try:
-        sequence = 2_000_000
         for shape in SHAPES:
             for kind in KINDS:
-                if kind == "heartbeats":
-                    bodies = workload.heartbeats(count, first_sequence=sequence)
-                    sequence += -(-count // workload.instances) + 1
-                else:
-                    bodies = workload.burst(count, tag=f"{shape}-{time.time_ns()}")
-                calls = _transactions(_accepted(bodies), shape)
+                calls = fresh(shape, kind)
                 await _settle(url)
                 cpu, server_at = cpu_seconds(), server_cpu(server) if server else 0.0
                 for batches in calls:
@@ -169,7 +285,17 @@ async def measure(
                 pg = (server_cpu(server) - server_at) / count * 1e6 if server else None
                 figures.append(Figure(name, shape, kind, count, fleet, pg))
                 print(figures[-1].row(), flush=True)
+                if floor_db is not None:
+                    composed = compose(floor_db, fresh(shape, kind))
+                    await _settle(url)
+                    cpu = cpu_seconds()
+                    replay(floor_db, composed)
+                    floor = (cpu_seconds() - cpu) / count * 1e6
+                    figures.append(Figure(FLOOR, shape, kind, count, floor, None))
+                    print(figures[-1].row(), flush=True)
     finally:
+        if floor_db is not None:
+            floor_db.close()
         await store.close()
     return figures
 

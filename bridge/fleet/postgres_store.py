@@ -6,7 +6,7 @@ Keep the password out of the file: libpq reads `PGPASSWORD` or a `PGPASSFILE`, o
 URL can come from `MAINTENANCE_BRIDGE__FLEET__STORE__URL`.
 
 It is the SQLite store's logic on another connection: the same statements
-(`bridge.fleet.sql`), the same writer (`bridge.fleet.writes.apply`) and queries
+(`bridge.fleet.sql`), the same writer (`bridge.fleet.writes`) and queries
 (`bridge.fleet.reads`), through `_Qmark`, which rewrites their `?` placeholders to psycopg's
 `%s`. What differs is the audit log, partitioned by month with its own de-duplication table
 (`bridge.fleet.partitions`: events go in as one multi-row statement per batch), and the
@@ -44,7 +44,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg_pool import ConnectionPool
 
-from bridge.fleet import migrations, partitions, sql, tallies
+from bridge.fleet import migrations, partitions, sql, tallies, writes
 from bridge.fleet.reads import ReadQueries
 from bridge.fleet.store import (
     Batch,
@@ -52,7 +52,7 @@ from bridge.fleet.store import (
     StoreError,
     UnstorableError,
 )
-from bridge.fleet.writes import EventRow, InstanceRow, apply_many
+from bridge.fleet.writes import EventRow, InstanceRow
 
 T = TypeVar("T")
 log = logging.getLogger("bridge.fleet.store")
@@ -230,11 +230,15 @@ class PostgresStore(ReadQueries):
         return result
 
     async def ingest_many(self, batches: Sequence[Batch]) -> list[IngestResult]:
+        # The rows are composed here, on the caller's loop: the writer thread's turn is
+        # every write's, so it only runs the statements.
+        planned = writes.plan(batches)
+
         def write(db: _Qmark) -> list[IngestResult]:
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):
                 try:
                     with db.connection.transaction():
-                        return apply_many(db, batches, WRITER)
+                        return writes.write(db, planned, WRITER)
                 except (pgerrors.DeadlockDetected, pgerrors.SerializationFailure):
                     if attempt == CONFLICT_ATTEMPTS:
                         raise

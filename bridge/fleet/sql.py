@@ -40,7 +40,6 @@ def schema(serial: str) -> list[str]:
             UNIQUE (source, id)
         )""",
         "CREATE INDEX IF NOT EXISTS events_notice ON events (source, notice_id)",
-        "CREATE INDEX IF NOT EXISTS events_instance ON events (instance)",
         "CREATE INDEX IF NOT EXISTS events_time ON events (time)",
         """CREATE TABLE IF NOT EXISTS instances (
             source TEXT PRIMARY KEY,

@@ -241,7 +241,7 @@ def silent_moves(
 ) -> Moves:
     """The changes to `silent_tallies` of writing the heartbeats of the instance `rows`
     (`sql.INSTANCE_HEARTBEAT_COLUMNS`, heartbeat set; one per instance) over the instances
-    as `held` (`HELD_COLUMNS`, read before the upsert): each row whose heartbeat the upsert
+    as `held` (`HELD_COLUMNS` first, read before the upsert): each row whose heartbeat the upsert
     writes and that moves its silent moment leaves its old minute and group for its new
     ones. The new group takes the row's provider and zone when the same statement writes
     them (`regroup`: PostgreSQL's one upsert), else the held ones (SQLite: `UPDATE_IDENTITY`
@@ -256,7 +256,7 @@ def silent_moves(
         old = found.get(source)
         if old is None or time is None:
             continue
-        _source, last, every, provider, was, zone = old
+        last, every, provider, was, zone = old[1:6]
         if last is not None and last > time:
             continue  # a late heartbeat: the upsert skips it
         if (last, every) == (time, interval):

@@ -1,8 +1,11 @@
 """The write side of both fleet stores: batches into the tables, in the caller's transaction,
 in the SQL that SQLite and PostgreSQL both speak (`bridge.fleet.sql`).
 
-`apply_many` runs over any DB-API connection whose `execute(sql, params)` takes `?`
-placeholders and returns a cursor with `rowcount`, plus `executemany(sql, rows)`:
+`plan` composes a transaction's rows from its batches without a database (the stores call
+it on the event loop, before the writer thread's turn, which every write waits for);
+`write` runs them. Both (and `apply_many`, the two in one) take any DB-API connection
+whose `execute(sql, params)` takes `?` placeholders and returns a cursor with `rowcount`,
+plus `executemany(sql, rows)`:
 `bridge.fleet.sqlite_store` passes its sqlite3 connection, `bridge.fleet.postgres_store` an
 adapter that rewrites the placeholders, with a `Writer` of its own (its audit log is
 partitioned with a de-duplication table, and it writes each table in one multi-row
@@ -31,6 +34,7 @@ it holds. The outcome is what applying the batches one by one, in order, gives:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from bridge import contract
@@ -77,17 +81,25 @@ class Writer(Protocol):
     def upsert_notices(self, db: Any, rows: list[tuple[Any, ...]]) -> None: ...
 
 
-#: Instances whose silent moment a heartbeat writer reads per statement (`tallies.HELD_COLUMNS`).
+#: Instances the writer reads per statement before their upsert: what the heartbeats'
+#: silent counts need (`tallies.HELD_COLUMNS`), then the identity (`sql.INSTANCE_IDENTITY`).
 HELD_CHUNK: Final = 100
 _HELD: Final = (
-    f"SELECT {tallies.HELD_COLUMNS} FROM instances "  # noqa: S608 (constants)
-    f"WHERE source IN ({marks(HELD_CHUNK)})"
+    f"SELECT {tallies.HELD_COLUMNS}, {', '.join(sql.INSTANCE_IDENTITY)} "  # noqa: S608 (constants)
+    f"FROM instances WHERE source IN ({marks(HELD_CHUNK)})"
 )
+_IDENTITY_AT: Final = len(tallies.HELD_COLUMNS.split(","))
 
 
 class RowWriter:
     """The shared statements, one execution per row (SQLite: each is a few microseconds in
-    the engine, and a multi-row statement measured no faster)."""
+    the engine, and a multi-row statement measured no faster).
+
+    The instances are read before their upsert, a chunk per statement: the heartbeats'
+    silent counts need their rows as they were, and the identity, which next to never
+    changes, is compared here, so that `sql.UPDATE_IDENTITY` runs only for the rows whose
+    identity moved (run for every row, it was an index seek per instance per transaction,
+    a tenth of a heartbeat's cost, to write nothing)."""
 
     def insert_events(self, db: Any, rows: list[EventRow]) -> set[tuple[str, str]]:
         inserted: set[tuple[str, str]] = set()
@@ -97,18 +109,26 @@ class RowWriter:
         return inserted
 
     def upsert_instances(self, db: Any, rows: list[InstanceRow]) -> None:
-        beating = [row for row in rows if row[14] is not None]
         held: list[tuple[Any, ...]] = []
-        for chunk in chunks(beating, HELD_CHUNK):
+        for chunk in chunks(rows, HELD_CHUNK):
             sources = [row[0] for row in chunk]
             sources += [None] * (HELD_CHUNK - len(sources))  # one statement text, cached
             held += db.execute(_HELD, sources).fetchall()
+        beating = [row for row in rows if row[14] is not None]
         if len(beating) < len(rows):
             db.executemany(sql.UPSERT_INSTANCE, [row[:14] for row in rows if row[14] is None])
         if beating:
             db.executemany(sql.UPSERT_INSTANCE_HEARTBEAT, beating)
-        # Writes only the rows whose identity moved; the trigger moves their silent tallies.
-        db.executemany(sql.UPDATE_IDENTITY, [row[:14] for row in rows])
+        # The rows whose identity moved (a new instance's insert wrote its own); the trigger
+        # moves their silent tallies.
+        stored = {found[0]: found[_IDENTITY_AT:] for found in held}
+        moved = [
+            row[:14]
+            for row in rows
+            if (identity := stored.get(row[0])) is not None and identity != (*row[1:11], row[13])
+        ]
+        if moved:
+            db.executemany(sql.UPDATE_IDENTITY, moved)
         if beating:
             tallies.move_silent(db, tallies.silent_moves(held, beating, regroup=False))
 
@@ -130,9 +150,43 @@ def apply(db: Any, batch: Batch, writer: Writer = ROWS) -> IngestResult:
 def apply_many(db: Any, batches: Sequence[Batch], writer: Writer = ROWS) -> list[IngestResult]:
     """Write `batches` with `db` inside the caller's transaction, each table once (see the
     module docstring); per batch, what was new, known, refused."""
+    return write(db, plan(batches), writer)
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    """What the new events of a transaction change: per batch the new events and their
+    lags; the instance rows (`_merge_instance`'s lists), the latest heartbeat per VM and the
+    notice rows, one per key."""
+
+    new: list[int]
+    lags: list[list[float]]
+    instances: dict[str, list[Any]]
+    heartbeats: dict[str, tuple[Any, ...]]
+    notices: dict[tuple[str, str], tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A transaction's rows, composed before the writer's turn (`plan`): the audit-log rows,
+    each event's place, and the state as it is when every event is new to the audit log
+    (most transactions: `write` keeps it when the inserts say so, else folds the new ones
+    again)."""
+
+    batches: Sequence[Batch]
+    events: list[EventRow]
+    first: dict[tuple[str, str], int]  # (source, id) -> its first position in `placed`
+    placed: list[tuple[int, Accepted]]  # (batch index, item) in order
+    all_new: _State
+
+
+def plan(batches: Sequence[Batch]) -> Plan:
+    """Compose `batches`' rows without a database: the stores call it before handing the
+    transaction to their writer thread, whose turn is the throughput's limit (the event
+    loop that calls it is mostly idle meanwhile)."""
     events: list[EventRow] = []
-    first: dict[tuple[str, str], int] = {}  # (source, id) -> its first position
-    placed: list[tuple[int, Accepted]] = []  # (batch index, item) in order
+    first: dict[tuple[str, str], int] = {}
+    placed: list[tuple[int, Accepted]] = []
     for index, batch in enumerate(batches):
         for item in batch.accepted:
             event = item.event
@@ -153,21 +207,28 @@ def apply_many(db: Any, batches: Sequence[Batch], writer: Writer = ROWS) -> list
                     )
                 )
             placed.append((index, item))
-    inserted = writer.insert_events(db, events) if events else set()
-    new = [0] * len(batches)
-    lags: list[list[float]] = [[] for _ in batches]
-    instances: dict[str, list[Any]] = {}
-    heartbeats: dict[str, tuple[Any, ...]] = {}
-    notices: dict[tuple[str, str], tuple[Any, ...]] = {}
+    return Plan(batches, events, first, placed, _fold(batches, first, placed, None))
+
+
+def _fold(
+    batches: Sequence[Batch],
+    first: dict[tuple[str, str], int],
+    placed: list[tuple[int, Accepted]],
+    inserted: set[tuple[str, str]] | None,
+) -> _State:
+    """The state the events new to the audit log change: the first occurrence of each
+    event that `inserted` holds (None: of every event)."""
+    state = _State([0] * len(batches), [[] for _ in batches], {}, {}, {})
+    instances, heartbeats, notices = state.instances, state.heartbeats, state.notices
     for position, (index, item) in enumerate(placed):
         event = item.event
         key = (event.source, event.id)
-        if key not in inserted or first[key] != position:
+        if first[key] != position or (inserted is not None and key not in inserted):
             continue
         batch = batches[index]
-        new[index] += 1
+        state.new[index] += 1
         time = _epoch(event.time)
-        lags[index].append(batch.received_at - time)
+        state.lags[index].append(batch.received_at - time)
         seen = bounds.liveness_time(time, batch.received_at)
         attested = batch.attested if item.attested is None else item.attested
         _merge_instance(instances, event, seen, _flag(attested), index)
@@ -201,16 +262,27 @@ def apply_many(db: Any, batches: Sequence[Batch], writer: Writer = ROWS) -> list
             held = notices.get((event.source, data.notice_id))
             if held is None or newer(held[6], held[8], data.status, time):
                 notices[(event.source, data.notice_id)] = notice
-    if instances:
+    return state
+
+
+def write(db: Any, planned: Plan, writer: Writer = ROWS) -> list[IngestResult]:
+    """Write the transaction `planned` with `db` inside the caller's transaction; per
+    batch, what was new, known, refused."""
+    batches = planned.batches
+    inserted = writer.insert_events(db, planned.events) if planned.events else set()
+    state = planned.all_new
+    if len(inserted) < len(planned.events):  # duplicates: the state of the new ones only
+        state = _fold(batches, planned.first, planned.placed, inserted)
+    if state.instances:
         writer.upsert_instances(
             db,
             [
-                (*row[:14], *heartbeats.get(source, _NO_HEARTBEAT))
-                for source, row in instances.items()
+                (*row[:14], *state.heartbeats.get(source, _NO_HEARTBEAT))
+                for source, row in state.instances.items()
             ],
         )
-    if notices:
-        writer.upsert_notices(db, list(notices.values()))
+    if state.notices:
+        writer.upsert_notices(db, list(state.notices.values()))
     rejected = [
         (batch.ingest, batch.received_at, r.reason, r.body.decode("utf-8", "replace"))
         for batch in batches
@@ -225,12 +297,15 @@ def apply_many(db: Any, batches: Sequence[Batch], writer: Writer = ROWS) -> list
     ]
     if checkpoints:
         db.executemany(sql.UPSERT_CHECKPOINT, checkpoints)
+    new = state.new
     tallies.bump(db, sum(new), len(rejected))
     results = []
     for index, batch in enumerate(batches):
         count = len(batch.accepted)
         results.append(
-            IngestResult(new[index], count - new[index], len(batch.refused), tuple(lags[index]))
+            IngestResult(
+                new[index], count - new[index], len(batch.refused), tuple(state.lags[index])
+            )
         )
     return results
 

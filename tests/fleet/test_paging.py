@@ -19,7 +19,7 @@ from bridge.fleet.api import fleet_summary
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.reads import Reads
 from bridge.fleet.service import FleetService, build_store
-from bridge.fleet.store import InstanceQuery, NoticeFilter, Store
+from bridge.fleet.store import EventQuery, InstanceQuery, NoticeFilter, Store
 from bridge.pipeline.model import Status
 from tests.fleet.capture import Capture
 from tests.fleet.factories import T0, azure_vm, batch, gce_vm, heartbeat, transition
@@ -319,6 +319,17 @@ MAIN_READS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "retired instances": (
         lambda db: Reads.instance_page(db, InstanceQuery(state="retired", limit=100, now=NOW)),
         "instances_retired",
+    ),
+    # By its sources' (source, id) key: the audit log keeps no index of names (step 12).
+    "one instance's audit log": (
+        lambda db: Reads.events(db, EventQuery(instance="vm-0040")),
+        "sqlite_autoindex_events_1",
+    ),
+    "one instance's heartbeats": (
+        lambda db: Reads.events(
+            db, EventQuery(instance="vm-0040", type="io.maintenancebridge.agent.heartbeat")
+        ),
+        "sqlite_autoindex_events_1",
     ),
     "instances turning silent now (summary)": (
         lambda db: tallies.silent_by(db, NOW),

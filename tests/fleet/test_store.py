@@ -26,6 +26,7 @@ from tests.fleet.factories import (
     hook_run,
     transition,
 )
+from tests.support import eventually
 
 GCE = gce_vm("web-1")
 AZ = azure_vm("db-1", scale_set="db-set")
@@ -318,3 +319,35 @@ async def test_sqlite_opens_while_another_opener_holds_the_new_file(tmp_path: Pa
         await store.close()
     mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
+
+
+def _wal_frames(path: Path) -> tuple[int, int]:
+    """(frames in the write-ahead log, frames of it copied into the database), from the
+    WAL index (https://www.sqlite.org/walformat.html: the header's `mxFrame` at byte 16,
+    the checkpoint information's `nBackfill` at byte 96, native byte order), read without
+    checkpointing anything."""
+    import struct
+
+    head = Path(f"{path}-shm").read_bytes()[:100]
+    return struct.unpack_from("=I", head, 16)[0], struct.unpack_from("=I", head, 96)[0]
+
+
+async def test_sqlite_checkpoints_beside_the_writer(tmp_path: Path) -> None:
+    """The log is copied into the database by the store's checkpointer thread, off the
+    writer's turn: the writer's own automatic checkpoint waits for
+    `WRITER_CHECKPOINT_PAGES`, which these few writes are far from."""
+    from bridge.fleet import sqlite_store
+
+    path = tmp_path / "fleet.sqlite3"
+    store = build_store(f"sqlite://{path}")
+    await store.open()
+    try:
+        for minute in range(5):
+            vms = [gce_vm(f"vm-{minute}-{n}") for n in range(50)]
+            await store.ingest(batch(*(heartbeat(vm, at(minute)) for vm in vms)))
+        frames, _copied = _wal_frames(path)
+        assert 0 < frames < sqlite_store.WRITER_CHECKPOINT_PAGES
+        await eventually(lambda: _wal_frames(path)[1] == _wal_frames(path)[0])
+        assert (await store.counts())["events"] == 250
+    finally:
+        await store.close()
