@@ -11,12 +11,15 @@ for SQLite and PostgreSQL side by side in one run:
 2. The fleet service runs in its own process (`maintenance-bridge fleet --config`) on that
    store, with a signed `http` source and a read credential in `[fleet.auth]`; every read
    sends it as `Authorization: Bearer`, as Grafana or a script would.
-3. One-event posts: the same signed heartbeats (one CloudEvent per request, structured
+3. One-event posts: the same signed heartbeats, in the order they fall due as a real
+   fleet sends them (`Workload.due_heartbeats`) (one CloudEvent per request, structured
    mode, Standard Webhooks signature) from 64 concurrent senders in this process, to a
    do-nothing aiohttp server (`bench.fleet_floor`, its own process) and to the fleet
    service (each answered after its commit), taking turns over 5 rounds; requests per
    second, and the median of the rounds' ratios.
-4. HTTP batches of 100 (the webhook sink's batch mode), 4 senders: events per second.
+4. HTTP batches of 100 (the webhook sink's batch mode) of heartbeats in the order they fall
+   due, 4 senders: events per second, and the CPU an event cost in the fleet, in the
+   senders and in PostgreSQL's server, with the rate those costs allow on this host.
 5. Reads, one at a time over a keep-alive connection: every endpoint of the API (the
    unfiltered lists included), eligible, and the page's server render: p50 and p99.
 6. The page in Chromium (Playwright, as the tests drive it): navigation start to the first
@@ -320,7 +323,7 @@ async def one_event_posts(
     side by side in time see the same drift. Each round's posts are signed just before it,
     off the clock, for both alike. The figure is the median of the rounds' ratios (fleet
     over the floor of the same round); the rates shown are each side's median round."""
-    bodies = workload.heartbeats(posts, first_sequence=2_000_000)
+    bodies = workload.due_heartbeats(posts, first_sequence=2_000_000)
     key = signing.standard_key(SECRET)
     share = -(-len(bodies) // POSTS_ROUNDS)
     rounds: list[tuple[float, float]] = []
@@ -553,7 +556,7 @@ async def measure(
                 await one_event_posts(figures, fleet_url, floor_url, workload, sizes.posts)
         log(f"{name}: HTTP batches of 100")
         with noted(notes, "HTTP batches"):
-            bodies = workload.heartbeats(sizes.batch_events, first_sequence=3_000_000)
+            bodies = workload.due_heartbeats(sizes.batch_events, first_sequence=3_000_000)
             server = database_server(url)
             before = proc.cpu_seconds(), cpu_seconds(), server_cpu(server) if server else 0.0
             figures.batch_rate = await ingest(fleet_url, bodies)

@@ -46,7 +46,6 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -54,7 +53,7 @@ import psutil
 
 from bench.fleet_ingest import cpu_seconds
 from bench.fleet_prefill import prefill
-from bench.fleet_workload import INTERVAL, Workload, heartbeat
+from bench.fleet_workload import Workload
 from bridge import contract
 from bridge.fleet import writes
 from bridge.fleet.service import build_store
@@ -84,24 +83,6 @@ class Figure:
             f"| {self.store} | {self.shape} | {self.kind} | {self.events:,} | "
             f"{self.fleet_us:.1f} | {server} | {total:.1f} |"
         )
-
-
-def due_heartbeats(workload: Workload, count: int, first_sequence: int) -> list[bytes]:
-    """`count` new heartbeats in the order they fall due after `workload.history()`,
-    whose latest round gave VM `i` a heartbeat `i % INTERVAL` seconds before its start: the
-    VMs of the oldest second first, then the next second's (a transaction's VMs are spread
-    over the fleet); round after round past `workload.instances`."""
-    every = int(INTERVAL)
-    order = sorted(range(workload.instances), key=lambda i: (-(i % every), i))
-    at = datetime.now(UTC)
-    return [
-        heartbeat(
-            workload.vms[order[n % workload.instances]],
-            first_sequence + n // workload.instances,
-            at,
-        )
-        for n in range(count)
-    ]
 
 
 def _accepted(bodies: Sequence[bytes]) -> list[Accepted]:
@@ -267,7 +248,7 @@ async def measure(
             bodies = workload.heartbeats(count, first_sequence=sequence)
             sequence += -(-count // workload.instances) + 1
         elif kind == "heartbeats-due":
-            bodies = due_heartbeats(workload, count, sequence)
+            bodies = workload.due_heartbeats(count, first_sequence=sequence)
             sequence += -(-count // workload.instances) + 1
         else:
             bodies = workload.burst(count, tag=f"{shape}-{time.time_ns()}")
