@@ -34,6 +34,7 @@ from bridge.fleet.config import FleetConfig, load_fleet_config
 from bridge.fleet.identity import ledger
 from bridge.fleet.service import FleetListenerError, FleetService, build_store
 from bridge.fleet.store import EventQuery, Store, StoreError
+from bridge.infra import collector
 
 CSV_COLUMNS = ("seq", "received_at", "ingest", "source", "id", "type", "subject", "time", "data")
 
@@ -78,7 +79,9 @@ def _known_type(name: str | None) -> None:
 async def _serve(config: FleetConfig) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
-    await FleetService(config).run(stop)
+    async with FleetService(config).running():
+        collector.settle()  # the start-up's objects frozen, the collector set for serving
+        await stop.wait()
     return EXIT_OK
 
 

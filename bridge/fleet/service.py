@@ -8,7 +8,6 @@ Stop order is the reverse, so no source commits into a closed store.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import logging
 import ssl
@@ -219,7 +218,3 @@ class FleetService:
             await self.group.close()
             tracing.shutdown()
             await self.store.close()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        async with self.running():
-            await stop.wait()
