@@ -22,10 +22,11 @@ each into SQLite and into a real PostgreSQL server started from the machine's bi
 (`fsync=off`, so it is the fleet service that is measured, not this VM's disk). The fleet
 service runs in this process; the emulator and PostgreSQL in their own. Figures are events
 per second, the CPU seconds this process spent during the run (the fleet service, and the
-Kafka mock brokers, which live in it) and those the Pub/Sub emulator or the Event Hubs test
-server spent (their own processes), and the process's RSS after the run. A part whose server
-is missing here is reported as skipped. Writes a Markdown table to `--out`
-(bench/results/fleet-ingest.md).
+Kafka mock brokers, which live in it), those of the Event Hubs source's receiver process (the
+AMQP client, in a process of the fleet service's own), those the Pub/Sub emulator or the
+Event Hubs test server spent (their own processes), and the process's RSS after the run. A
+part whose server is missing here is reported as skipped. Writes a Markdown table to
+`--out` (bench/results/fleet-ingest.md).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class Figure:
     cpu_s: float | None = None
     #: CPU seconds of the bus's server when it runs in a process of its own (the emulator).
     server_cpu_s: float | None = None
+    #: CPU seconds of the fleet service's own receiver process (Event Hubs), its whole life.
+    receiver_cpu_s: float | None = None
 
     @property
     def rate(self) -> float:
@@ -321,8 +324,10 @@ async def eventhubs(url: str | None, store: str, bodies: list[bytes]) -> Figure:
             await stored(fleet, len(bodies), timeout=600)
             seconds = time.perf_counter() - began
             spent = cpu_seconds() - cpu, cpu_seconds(server) - server_cpu
+            receiver = getattr(fleet.sources[0], "receiver_pid", None)
+            receiver_cpu = cpu_seconds(receiver) if receiver is not None else None
     path = "Event Hubs (test AMQP server)"
-    return Figure(path, store, len(bodies), seconds, rss_mb(), *spent)
+    return Figure(path, store, len(bodies), seconds, rss_mb(), *spent, receiver_cpu)
 
 
 def serve_hub(pipe: Connection, partitions: int) -> None:
@@ -366,7 +371,7 @@ async def bare_receive(source: dict[str, Any], count: int) -> None:
     from azure.eventhub.aio import EventHubConsumerClient
 
     from bridge.fleet.bus_config import EventHubsSourceConfig
-    from bridge.fleet.sources.eventhubs import PREFETCH_BATCHES
+    from bridge.fleet.sources.eventhubs_receiver import PREFETCH_BATCHES
     from bridge.infra.validation import validate
     from bridge.transports.eventhubs import open_client
 
@@ -494,19 +499,24 @@ def render(figures: list[Figure], notes: list[str], cores: int, load: float) -> 
         "(other programs share the host: compare runs at a similar load). Distinct events into",
         "a fresh store, the fleet service in the benchmark's process. RSS is the process after",
         "the run (cumulative over the runs above it). CPU s: this process (the fleet service,",
-        "and Kafka's mock brokers, which run in it) during the run; server CPU s: the Pub/Sub",
-        "emulator's or the Event Hubs test server's own process. A `bare` row (store `none`)",
+        "and Kafka's mock brokers, which run in it) during the run, and per event; receiver",
+        "CPU s: the Event Hubs source's receiver process (the AMQP client; its whole life,",
+        "imports included); server CPU s: the Pub/Sub emulator's or the Event Hubs test",
+        "server's own process. A `bare` row (store `none`)",
         "drains the same backlog with the bus's client library alone: the ceiling here.",
         "",
-        "| path | store | events | seconds | events/s | CPU s | server CPU s | RSS MB |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| path | store | events | seconds | events/s | CPU s | CPU us/event | receiver CPU s "
+        "| server CPU s | RSS MB |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for f in figures:
         cpu = "" if f.cpu_s is None else f"{f.cpu_s:.1f}"
+        per_event = "" if f.cpu_s is None else f"{f.cpu_s / f.events * 1e6:.0f}"
+        receiver = "" if f.receiver_cpu_s is None else f"{f.receiver_cpu_s:.1f}"
         server = "" if f.server_cpu_s is None else f"{f.server_cpu_s:.1f}"
         lines.append(
             f"| {f.path} | {f.store} | {f.events} | {f.seconds:.2f} | {f.rate:,.0f} | "
-            f"{cpu} | {server} | {f.rss_mb:.0f} |"
+            f"{cpu} | {per_event} | {receiver} | {server} | {f.rss_mb:.0f} |"
         )
     lines += [""] + [f"- {note}" for note in notes]
     return "\n".join(lines).rstrip() + "\n"

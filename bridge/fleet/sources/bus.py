@@ -75,13 +75,20 @@ def decode(
     refused with the reason. A message is outside input: whatever its conversion raises is
     a reason to refuse it, never a crash of the source."""
     at = sent_at.timestamp() if sent_at is not None else None
-    try:
-        body = convert()
-    except contract.ContractError as exc:
-        return Decoded(None, Refused(raw, str(exc)))
-    except Exception as exc:  # a binding library refusing a malformed message
-        return Decoded(None, Refused(raw, f"not a CloudEvent: {type(exc).__name__}: {exc}"))
+    body = converted(convert)
+    if isinstance(body, str):
+        return Decoded(None, Refused(raw, body))
     return Decoded(body, None, credential, at, check(body))
+
+
+def converted(convert: Callable[[], bytes]) -> bytes | str:
+    """`convert()`, the structured JSON of a message's event, or why it cannot be one."""
+    try:
+        return convert()
+    except contract.ContractError as exc:
+        return str(exc)
+    except Exception as exc:  # a binding library refusing a malformed message
+        return f"not a CloudEvent: {type(exc).__name__}: {exc}"
 
 
 class Committer:

@@ -1,0 +1,389 @@
+"""The `eventhubs` source's receiver: the official consumer in a process of its own.
+
+The Azure SDK speaks AMQP in pure Python (its `pyamqp`): framing, decoding and one
+`EventData` per message cost about 100 us of CPU per event, more than the fleet's store
+spends on it. In the fleet's process that work competed for the GIL with the store's writer
+and the API. So the consumer runs here, in a process started with `spawn` (no inherited
+threads or event loop), and hands over each partition's batch as bytes: the event's
+structured JSON (converted here, `event_body`), its credential and the time Event Hubs took
+it, or the raw message and why it cannot be an event. The fleet's process checks the bodies
+(it needs their typed values) and commits them as before (`bridge.fleet.sources.eventhubs`).
+
+What stays where it was:
+
+- Checkpoints commit with their events in the fleet's store; this process never writes one.
+  It is told where each partition starts (`Start`, the store's checkpoints), and a batch's
+  position goes to the fleet with the batch.
+- Back-pressure: a partition's callback waits for the commit of its own hand-over once
+  `2 * batch_size` events are handed over and not yet committed (one batch committing, one
+  gathering), and a partition that closes first waits for everything handed over (`Done`
+  says how far the fleet committed).
+- Partition ownership (`share_partitions`): the SDK's load balancer runs here, its
+  checkpoint store a proxy (`_Ownership`) whose calls the fleet's process answers with
+  `StoreOwnership` on its store (`Call` / `Reply`).
+- kill -9 of the fleet: this process reads the pipe on a thread and exits at once when it
+  ends (nothing to hand over to); its ownership lapses like the fleet's would. A receiver
+  that ends on its own is started again by the fleet, from the store's checkpoints.
+
+The messages on the pipe are msgspec structs, one tagged union, as MessagePack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from typing import Any, Final
+
+import msgspec
+
+from bridge.fleet.bus_config import EventHubsSourceConfig
+
+if sys.platform == "win32":  # what `multiprocessing.Pipe` gives on each
+    from multiprocessing.connection import PipeConnection
+
+    Channel = PipeConnection
+else:
+    from multiprocessing.connection import Connection
+
+    Channel = Connection
+
+log = logging.getLogger("bridge.fleet.eventhubs")
+
+_STARTS: Final = {"earliest": "-1", "latest": "@latest"}
+#: Events each partition's link asks ahead (its credit), in batches: the SDK's default of
+#: 300 with a pause of 50 ms between its reads capped a partition near 6,000 events/s, and a
+#: batch larger than the credit could never fill.
+PREFETCH_BATCHES: Final = 2
+
+#: One message as handed over: (body, credential, enqueued at (Unix s), None) for a message
+#: converted to its event's structured JSON; (raw message, None, None, reason) for one that
+#: cannot be an event.
+Item = tuple[bytes, str | None, float | None, str | None]
+
+
+# -- the receiver's messages to the fleet ---------------------------------------------------
+
+
+class Handed(msgspec.Struct, array_like=True, tag=1):
+    """One partition's batch; `number` counts hand-overs from 1 (`Done` refers to it)."""
+
+    number: int
+    partition: str
+    position: str
+    items: list[Item]
+
+
+class Receiving(msgspec.Struct, array_like=True, tag=2):
+    """The hub answered: the partitions are being read from the positions given."""
+
+
+class Opened(msgspec.Struct, array_like=True, tag=3):
+    partition: str
+
+
+class Closed(msgspec.Struct, array_like=True, tag=4):
+    partition: str
+
+
+class Failed(msgspec.Struct, array_like=True, tag=5):
+    """The consumer stopped with `reason`; the receiver waits for the next `Start`."""
+
+    reason: str
+
+
+class Call(msgspec.Struct, array_like=True, tag=6):
+    """A call of the SDK's checkpoint store, for `StoreOwnership` in the fleet."""
+
+    number: int
+    method: str
+    arguments: list[Any]
+
+
+class Logged(msgspec.Struct, array_like=True, tag=7):
+    logger: str
+    level: int
+    message: str
+
+
+# -- the fleet's messages to the receiver ---------------------------------------------------
+
+
+class Start(msgspec.Struct, array_like=True, tag=11):
+    """Read every partition, each after its checkpoint (`checkpoints`) or at the source's
+    configured start."""
+
+    checkpoints: dict[str, str]
+
+
+class Done(msgspec.Struct, array_like=True, tag=12):
+    """Hand-overs up to `number` are committed (`error`: none of them could be, a bug)."""
+
+    number: int
+    error: str | None = None
+
+
+class Reply(msgspec.Struct, array_like=True, tag=13):
+    number: int
+    result: Any = None
+    error: str | None = None
+
+
+class Stop(msgspec.Struct, array_like=True, tag=14):
+    """Close the consumer (releasing its partitions) and exit."""
+
+
+ToFleet = Handed | Receiving | Opened | Closed | Failed | Call | Logged
+ToReceiver = Start | Done | Reply | Stop
+ENCODER: Final = msgspec.msgpack.Encoder()
+FROM_RECEIVER: Final = msgspec.msgpack.Decoder(ToFleet)
+_FROM_FLEET: Final = msgspec.msgpack.Decoder(ToReceiver)
+#: Held while one message is written to the pipe (log records may come from any thread).
+_SENDING: Final = threading.Lock()
+
+
+def item(data: Any) -> Item:
+    """One received `EventData` as handed to the fleet (see `Item`)."""
+    from bridge.fleet.sources.bus import converted
+    from bridge.transports.eventhubs import event_body, event_credential
+
+    raw = b"".join(data.body)
+    body = converted(lambda: event_body(data))
+    if isinstance(body, str):
+        return (raw, None, None, body)
+    taken = data.enqueued_time  # set by Event Hubs when it took the message
+    return (body, event_credential(data), taken.timestamp() if taken else None, None)
+
+
+def run(connection: Channel, config: EventHubsSourceConfig) -> None:
+    """The receiver process's target: serve the fleet on `connection` until told to stop
+    or the fleet is gone."""
+    logging.basicConfig(level=logging.WARNING, handlers=[_Forward(connection)], force=True)
+    logging.getLogger("bridge").setLevel(logging.INFO)
+
+    async def serve() -> None:
+        await _Receiver(connection, config).serve()
+
+    asyncio.run(serve())
+
+
+class _Forward(logging.Handler):
+    """Log records go to the fleet's process, which logs them with its own configuration."""
+
+    def __init__(self, connection: Channel) -> None:
+        super().__init__()
+        self._connection = connection
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = Logged(record.name, record.levelno, self.format(record))
+        with contextlib.suppress(OSError), _SENDING:
+            self._connection.send_bytes(ENCODER.encode(message))
+
+
+class _Receiver:
+    def __init__(self, connection: Channel, config: EventHubsSourceConfig) -> None:
+        self._connection = connection
+        self._config = config
+        self._loop = asyncio.get_running_loop()
+        self._commands: asyncio.Queue[ToReceiver] = asyncio.Queue()
+        self._handed = 0
+        #: Hand-overs not yet committed: number -> (events, settled when committed).
+        self._waiting: dict[int, tuple[int, asyncio.Future[None]]] = {}
+        self._uncommitted = 0
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._called = 0
+        self._client: Any = None
+        self._credential: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    def send(self, message: ToFleet) -> None:
+        with _SENDING:
+            self._connection.send_bytes(ENCODER.encode(message))
+
+    async def serve(self) -> None:
+        threading.Thread(target=self._read, name="eventhubs-receiver-pipe", daemon=True).start()
+        try:
+            while True:
+                command = await self._commands.get()
+                if isinstance(command, Stop):
+                    return
+                if isinstance(command, Start):
+                    await self._close()
+                    self._task = asyncio.create_task(self._receive(command))
+        finally:
+            await self._close()
+
+    def _read(self) -> None:
+        """The fleet's messages, until its end of the pipe closes: then the fleet is gone
+        (killed, say) and so is the reason to receive: exit now."""
+        while True:
+            try:
+                message = _FROM_FLEET.decode(self._connection.recv_bytes())
+            except (EOFError, OSError):
+                os._exit(0)
+            self._loop.call_soon_threadsafe(self._dispatch, message)
+
+    def _dispatch(self, message: ToReceiver) -> None:
+        if isinstance(message, Done):
+            self._settle(message)
+        elif isinstance(message, Reply):
+            call = self._calls.pop(message.number, None)
+            if call is not None and not call.done():
+                if message.error is not None:
+                    call.set_exception(RuntimeError(message.error))
+                else:
+                    call.set_result(message.result)
+        else:
+            self._commands.put_nowait(message)
+
+    def _settle(self, done: Done) -> None:
+        for number in [n for n in self._waiting if n <= done.number]:
+            count, future = self._waiting.pop(number)
+            self._uncommitted -= count
+            if not future.done():
+                if done.error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(RuntimeError(done.error))
+
+    async def call(self, method: str, *arguments: Any) -> Any:
+        self._called += 1
+        future = self._loop.create_future()
+        self._calls[self._called] = future
+        self.send(Call(self._called, method, list(arguments)))
+        return await future
+
+    def _make_client(self) -> Any:
+        from azure.eventhub.aio import EventHubConsumerClient
+
+        from bridge.transports.eventhubs import open_client
+
+        config = self._config
+        sharing: dict[str, Any] = {}
+        if config.share_partitions:
+            sharing = {
+                "checkpoint_store": _ownership(self),
+                "load_balancing_interval": config.load_balancing_interval,
+            }
+        client, self._credential = open_client(
+            EventHubConsumerClient, config, consumer_group=config.consumer_group, **sharing
+        )
+        return client
+
+    async def _receive(self, start: Start) -> None:
+        """Read every partition from where `start` says until closed; a failure (the hub
+        unreachable, credentials refused, a receive ending with an error) is reported and
+        the fleet says when to start again."""
+        config = self._config
+        try:
+            self._client = self._make_client()
+            default = _STARTS[config.start]
+            partitions = await self._client.get_partition_ids()
+            positions = {
+                pid: int(start.checkpoints[pid]) if pid in start.checkpoints else default
+                for pid in partitions
+            }
+            self.send(Receiving())
+            log.info("source %s: starting at %s", config.name, positions)
+            await self._client.receive_batch(
+                self._on_batch,
+                max_batch_size=config.batch_size,
+                prefetch=config.batch_size * PREFETCH_BATCHES,
+                starting_position=positions,
+                starting_position_inclusive=False,
+                on_error=self._on_error,
+                on_partition_initialize=self._on_open,
+                on_partition_close=self._on_close,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.send(Failed(f"{type(exc).__name__}: {exc}"))
+
+    async def _close(self) -> None:
+        for _, future in self._waiting.values():  # not committed: read again next time
+            future.cancel()
+        self._waiting.clear()
+        self._uncommitted = 0
+        task, self._task = self._task, None
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        credential, self._credential = self._credential, None
+        if credential is not None:
+            with contextlib.suppress(Exception):
+                await credential.close()
+
+    async def _on_batch(self, context: Any, events: list[Any]) -> None:
+        if not events:
+            return
+        self._handed += 1
+        number = self._handed
+        position = str(events[-1].sequence_number)
+        self.send(Handed(number, context.partition_id, position, [item(e) for e in events]))
+        future = self._loop.create_future()
+        self._waiting[number] = (len(events), future)
+        self._uncommitted += len(events)
+        if self._uncommitted >= 2 * self._config.batch_size:
+            await asyncio.shield(future)  # back-pressure: wait for the commit
+
+    async def _committed(self) -> None:
+        """Until what is handed over now has been committed (or failed)."""
+        waiting = [future for _, future in self._waiting.values()]
+        if waiting:
+            await asyncio.gather(*(asyncio.shield(w) for w in waiting), return_exceptions=True)
+
+    async def _on_open(self, context: Any) -> None:
+        self.send(Opened(context.partition_id))
+
+    async def _on_close(self, context: Any, _reason: Any) -> None:
+        self.send(Closed(context.partition_id))
+        await self._committed()  # its checkpoint in the store before another reader starts
+
+    async def _on_error(self, context: Any, error: Exception) -> None:
+        where = f"partition {context.partition_id}" if context is not None else "the client"
+        name = self._config.name
+        log.warning("source %s: %s: %s: %s", name, where, type(error).__name__, error)
+
+
+def _ownership(receiver: _Receiver) -> Any:
+    """The SDK's checkpoint store, each call answered by `StoreOwnership` in the fleet."""
+    from azure.eventhub.aio import CheckpointStore
+
+    class _Ownership(CheckpointStore):
+        async def list_ownership(
+            self, fully_qualified_namespace: str, eventhub_name: str, consumer_group: str, **_: Any
+        ) -> Iterable[dict[str, Any]]:
+            listed: Iterable[dict[str, Any]] = await receiver.call(
+                "list_ownership", fully_qualified_namespace, eventhub_name, consumer_group
+            )
+            return listed
+
+        async def claim_ownership(
+            self, ownership_list: Iterable[dict[str, Any]], **_: Any
+        ) -> Iterable[dict[str, Any]]:
+            claimed: Iterable[dict[str, Any]] = await receiver.call(
+                "claim_ownership", [dict(o) for o in ownership_list]
+            )
+            return claimed
+
+        async def update_checkpoint(self, checkpoint: dict[str, Any], **_: Any) -> None:
+            """Nothing: a batch's position commits with its events, in the fleet."""
+
+        async def list_checkpoints(
+            self, fully_qualified_namespace: str, eventhub_name: str, consumer_group: str, **_: Any
+        ) -> Iterable[dict[str, Any]]:
+            listed: Iterable[dict[str, Any]] = await receiver.call(
+                "list_checkpoints", fully_qualified_namespace, eventhub_name, consumer_group
+            )
+            return listed
+
+    return _Ownership()
