@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import queue
 import sys
 import threading
 from collections.abc import Iterable
@@ -142,8 +143,6 @@ ToReceiver = Start | Done | Reply | Stop
 ENCODER: Final = msgspec.msgpack.Encoder()
 FROM_RECEIVER: Final = msgspec.msgpack.Decoder(ToFleet)
 _FROM_FLEET: Final = msgspec.msgpack.Decoder(ToReceiver)
-#: Held while one message is written to the pipe (log records may come from any thread).
-_SENDING: Final = threading.Lock()
 
 
 def item(data: Any) -> Item:
@@ -162,31 +161,61 @@ def item(data: Any) -> Item:
 def run(connection: Channel, config: EventHubsSourceConfig) -> None:
     """The receiver process's target: serve the fleet on `connection` until told to stop
     or the fleet is gone."""
-    logging.basicConfig(level=logging.WARNING, handlers=[_Forward(connection)], force=True)
+    outbox = _Outbox(connection)
+    logging.basicConfig(level=logging.WARNING, handlers=[_Forward(outbox)], force=True)
     logging.getLogger("bridge").setLevel(logging.INFO)
 
     async def serve() -> None:
-        await _Receiver(connection, config).serve()
+        await _Receiver(connection, outbox, config).serve()
 
-    asyncio.run(serve())
+    try:
+        asyncio.run(serve())
+    finally:
+        outbox.close()
+
+
+class _Outbox:
+    """Messages to the fleet, written to the pipe by a thread of their own: a write blocks
+    while the fleet checks the batch before (the pipe holds 64 KiB), and the event loop
+    must go on receiving meanwhile (how many are in flight is bounded by `Done`)."""
+
+    def __init__(self, connection: Channel) -> None:
+        self._connection = connection
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._write, name="eventhubs-outbox", daemon=True)
+        self._thread.start()
+
+    def put(self, message: ToFleet) -> None:
+        self._queue.put(ENCODER.encode(message))
+
+    def close(self) -> None:
+        """Write what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _write(self) -> None:
+        while (encoded := self._queue.get()) is not None:
+            try:
+                self._connection.send_bytes(encoded)
+            except OSError:
+                return  # the fleet is gone: the reader thread exits the process
 
 
 class _Forward(logging.Handler):
     """Log records go to the fleet's process, which logs them with its own configuration."""
 
-    def __init__(self, connection: Channel) -> None:
+    def __init__(self, outbox: _Outbox) -> None:
         super().__init__()
-        self._connection = connection
+        self._outbox = outbox
 
     def emit(self, record: logging.LogRecord) -> None:
-        message = Logged(record.name, record.levelno, self.format(record))
-        with contextlib.suppress(OSError), _SENDING:
-            self._connection.send_bytes(ENCODER.encode(message))
+        self._outbox.put(Logged(record.name, record.levelno, self.format(record)))
 
 
 class _Receiver:
-    def __init__(self, connection: Channel, config: EventHubsSourceConfig) -> None:
+    def __init__(self, connection: Channel, outbox: _Outbox, config: EventHubsSourceConfig) -> None:
         self._connection = connection
+        self.send = outbox.put
         self._config = config
         self._loop = asyncio.get_running_loop()
         self._commands: asyncio.Queue[ToReceiver] = asyncio.Queue()
@@ -199,10 +228,6 @@ class _Receiver:
         self._client: Any = None
         self._credential: Any = None
         self._task: asyncio.Task[None] | None = None
-
-    def send(self, message: ToFleet) -> None:
-        with _SENDING:
-            self._connection.send_bytes(ENCODER.encode(message))
 
     async def serve(self) -> None:
         threading.Thread(target=self._read, name="eventhubs-receiver-pipe", daemon=True).start()
