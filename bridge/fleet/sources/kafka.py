@@ -51,7 +51,6 @@ from bridge.fleet.sources.bus import Committer, Decoded, check, decode
 from bridge.infra.credential import ATTRIBUTE as CREDENTIAL_ATTRIBUTE
 from bridge.transports.kafka_binding import (
     CONTENT_TYPE_HEADER,
-    PARTITION_KEY,
     STRUCTURED_CONTENT_TYPE,
     Headers,
     record_credential,
@@ -116,13 +115,20 @@ def _as_sent(value: bytes) -> bytes | None:
     with the binding's reason). Rebuilding and re-serializing each event through the
     CloudEvents SDK was the largest per-message cost of the source."""
     try:
-        fields = _OBJECT.decode(value)
+        named = _PARTITION_KEY.decode(value)
     except msgspec.DecodeError:
         return None
-    return value if fields.get(PARTITION_KEY) else None
+    return value if named.partitionkey else None
 
 
-_OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
+class _PartitionKeyOnly(msgspec.Struct):
+    """A JSON object's `partitionkey` (PARTITION_KEY), the rest skipped unread: no dict of
+    every field (0.8 against 2.1 us for a sidecar's event)."""
+
+    partitionkey: Any = None
+
+
+_PARTITION_KEY: Final = msgspec.json.Decoder(_PartitionKeyOnly)
 
 
 def next_offsets(messages: Sequence[Message]) -> dict[tuple[str, int], int]:
