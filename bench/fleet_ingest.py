@@ -56,6 +56,7 @@ from bench.drain import environment
 from bench.procs import ROOT, commit
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
+from bridge.fleet.sources.eventhubs_receiver import Channel
 from bridge.pipeline.model import Status
 from tests.fleet.factories import T0, azure_vm, gce_vm, transition
 from tests.support import eventually, free_port, running_as_root
@@ -278,7 +279,7 @@ class KafkaProcess:
         self.bootstrap = ""
         self.pid: int | None = None
         self._process: Any = None
-        self._pipe: Connection | None = None
+        self._pipe: Channel | None = None
 
     def start(self) -> None:
         context = multiprocessing.get_context("spawn")
