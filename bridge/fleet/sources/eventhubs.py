@@ -111,7 +111,9 @@ class EventHubsSource:
         self._arrived = asyncio.Event()
         #: Settled when everything handed over up to now is committed (or failed).
         self._drained: list[tuple[int, asyncio.Future[None]]] = []
-        self._handed = 0
+        #: Hand-overs queued and committed so far, counted here (a new receiver process
+        #: numbers its own from 1 again).
+        self._arrivals = 0
         self._settled = 0
 
     def __repr__(self) -> str:
@@ -141,6 +143,7 @@ class EventHubsSource:
             await asyncio.gather(flusher, return_exceptions=True)
         # Not committed: read again next time.
         self._queue, self._flushing, self._queued = [], [], 0
+        self._settled = self._arrivals
         for _, drained in self._drained:
             drained.cancel()
         self._drained = []
@@ -287,8 +290,9 @@ class EventHubsSource:
     def _arrive(self, handed: Handed, messages: list[Decoded]) -> None:
         if self._committer is None or self._flusher is None:
             return
-        self._handed = handed.number
-        self._queue.append(_Queued(messages, handed.partition, handed.position, handed.number))
+        self._arrivals += 1
+        queued = _Queued(messages, handed.partition, handed.position, handed.number, self._arrivals)
+        self._queue.append(queued)
         self._queued += len(messages)
         self._arrived.set()
 
@@ -321,13 +325,14 @@ class EventHubsSource:
             finally:
                 self._flushing = []
             self._send(Done(taken[-1].number, error))
-            self._settle(taken[-1].number)
+            self._settle(taken[-1].arrival)
 
-    def _settle(self, number: int) -> None:
-        self._settled = number
+    def _settle(self, arrival: int) -> None:
+        """Hand-overs up to `arrival` (this process's count) are committed or failed."""
+        self._settled = arrival
         still = []
         for upto, drained in self._drained:
-            if upto <= number:
+            if upto <= arrival:
                 if not drained.done():
                     drained.set_result(None)
             else:
@@ -336,10 +341,10 @@ class EventHubsSource:
 
     async def _committed(self) -> None:
         """Wait until what is queued now has been committed (or failed)."""
-        if self._handed <= self._settled or not (self._queue or self._flushing):
+        if self._arrivals <= self._settled:
             return
         drained = asyncio.get_running_loop().create_future()
-        self._drained.append((self._handed, drained))
+        self._drained.append((self._arrivals, drained))
         self._arrived.set()
         await asyncio.wait([drained])  # `stop` cancels it: nothing more will commit
 
@@ -351,7 +356,9 @@ class _Queued:
     messages: list[Decoded]
     partition: str
     position: str
+    #: The receiver's number for it (`Done`), and this process's count of hand-overs.
     number: int
+    arrival: int
 
 
 def _decoded(item: Item, screened: bool) -> Decoded:

@@ -43,6 +43,8 @@ from typing import Any, Final
 import msgspec
 
 from bridge.fleet.bus_config import EventHubsSourceConfig
+from bridge.fleet.sources.bus import converted
+from bridge.transports.eventhubs import event_body, event_credential
 
 if sys.platform == "win32":  # what `multiprocessing.Pipe` gives on each
     from multiprocessing.connection import PipeConnection
@@ -147,9 +149,6 @@ _FROM_FLEET: Final = msgspec.msgpack.Decoder(ToReceiver)
 
 def item(data: Any) -> Item:
     """One received `EventData` as handed to the fleet (see `Item`)."""
-    from bridge.fleet.sources.bus import converted
-    from bridge.transports.eventhubs import event_body, event_credential
-
     raw = b"".join(data.body)
     body = converted(lambda: event_body(data))
     if isinstance(body, str):
