@@ -37,7 +37,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Final
 
 import msgspec
@@ -382,14 +382,26 @@ def _ownership(receiver: _Receiver) -> Any:
     """The SDK's checkpoint store, each call answered by `StoreOwnership` in the fleet."""
     from azure.eventhub.aio import CheckpointStore
 
-    class _Ownership(CheckpointStore):
-        async def list_ownership(
-            self, fully_qualified_namespace: str, eventhub_name: str, consumer_group: str, **_: Any
+    def listing(method: str) -> Callable[..., Coroutine[Any, Any, Iterable[dict[str, Any]]]]:
+        """`list_ownership` or `list_checkpoints` (the SDK's names, answered in the fleet)."""
+
+        async def listed(
+            _self: Any,
+            fully_qualified_namespace: str,
+            eventhub_name: str,
+            consumer_group: str,
+            **_: Any,
         ) -> Iterable[dict[str, Any]]:
-            listed: Iterable[dict[str, Any]] = await receiver.call(
-                "list_ownership", fully_qualified_namespace, eventhub_name, consumer_group
+            rows: Iterable[dict[str, Any]] = await receiver.call(
+                method, fully_qualified_namespace, eventhub_name, consumer_group
             )
-            return listed
+            return rows
+
+        return listed
+
+    class _Ownership(CheckpointStore):
+        list_ownership = listing("list_ownership")
+        list_checkpoints = listing("list_checkpoints")
 
         async def claim_ownership(
             self, ownership_list: Iterable[dict[str, Any]], **_: Any
@@ -401,13 +413,5 @@ def _ownership(receiver: _Receiver) -> Any:
 
         async def update_checkpoint(self, checkpoint: dict[str, Any], **_: Any) -> None:
             """Nothing: a batch's position commits with its events, in the fleet."""
-
-        async def list_checkpoints(
-            self, fully_qualified_namespace: str, eventhub_name: str, consumer_group: str, **_: Any
-        ) -> Iterable[dict[str, Any]]:
-            listed: Iterable[dict[str, Any]] = await receiver.call(
-                "list_checkpoints", fully_qualified_namespace, eventhub_name, consumer_group
-            )
-            return listed
 
     return _Ownership()
