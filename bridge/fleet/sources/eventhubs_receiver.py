@@ -43,7 +43,7 @@ from typing import Any, Final
 import msgspec
 
 from bridge.fleet.bus_config import EventHubsSourceConfig
-from bridge.fleet.sources.bus import converted
+from bridge.fleet.sources.converting import converted
 from bridge.transports.eventhubs import event_body, event_credential
 
 if sys.platform == "win32":  # what `multiprocessing.Pipe` gives on each
