@@ -12,8 +12,8 @@ events without the position they reach, nor a position past events it does not h
 SDK hands over what its buffer holds at the moment (a few dozen events while draining a
 backlog), so one transaction per hand-over made small transactions; the queue gathers up
 to `batch_size` events (waiting `batch_wait` for more), and a partition's callback waits
-for the commit once `2 * batch_size` events are handed over and not committed (memory
-stays bounded). A reconnect or a partition closing first waits for what is queued to
+for the commit once `batch_size` events are handed over and not yet taken for a commit
+(memory stays bounded). A reconnect or a partition closing first waits for what is queued to
 commit. After a restart the source reads those checkpoints and starts each partition just
 after its own (`starting_position_inclusive` false): no gap and no double; partitions never
 checkpointed start at `start` (the oldest retained event by default). Replicas sharing a
@@ -68,6 +68,7 @@ from bridge.fleet.sources.eventhubs_receiver import (
     Reply,
     Start,
     Stop,
+    Taken,
     ToFleet,
     ToReceiver,
     run,
@@ -314,6 +315,7 @@ class EventHubsSource:
             if not taken:
                 continue
             self._flushing = taken
+            self._send(Taken(taken[-1].number))
             checkpoints = {q.partition: q.position for q in taken}  # each one's last
             messages = [message for q in taken for message in q.messages]
             error: str | None = None

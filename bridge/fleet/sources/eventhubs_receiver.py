@@ -14,10 +14,12 @@ What stays where it was:
 - Checkpoints commit with their events in the fleet's store; this process never writes one.
   It is told where each partition starts (`Start`, the store's checkpoints), and a batch's
   position goes to the fleet with the batch.
-- Back-pressure: a partition's callback waits for the commit of its own hand-over once
-  `2 * batch_size` events are handed over and not yet committed (one batch committing, one
-  gathering), and a partition that closes first waits for everything handed over (`Done`
-  says how far the fleet committed).
+- Back-pressure, as when the consumer ran in the fleet's process: a partition's callback
+  waits for the commit of its own hand-over once `batch_size` events are handed over and
+  not yet taken for a commit (`Taken`; a batch commits meanwhile), and a partition that
+  closes first waits for everything handed over (`Done` says how far the fleet committed).
+  Counting the batch being committed too would stall: every partition waiting on the next
+  batch, which would wait `batch_wait` for more events that could not come.
 - Partition ownership (`share_partitions`): the SDK's load balancer runs here, its
   checkpoint store a proxy (`_Ownership`) whose calls the fleet's process answers with
   `StoreOwnership` on its store (`Call` / `Reply`).
@@ -140,8 +142,14 @@ class Stop(msgspec.Struct, array_like=True, tag=14):
     """Close the consumer (releasing its partitions) and exit."""
 
 
+class Taken(msgspec.Struct, array_like=True, tag=15):
+    """Hand-overs up to `number` are being committed (no longer waiting in the fleet)."""
+
+    number: int
+
+
 ToFleet = Handed | Receiving | Opened | Closed | Failed | Call | Logged
-ToReceiver = Start | Done | Reply | Stop
+ToReceiver = Start | Done | Reply | Stop | Taken
 ENCODER: Final = msgspec.msgpack.Encoder()
 FROM_RECEIVER: Final = msgspec.msgpack.Decoder(ToFleet)
 _FROM_FLEET: Final = msgspec.msgpack.Decoder(ToReceiver)
@@ -220,8 +228,10 @@ class _Receiver:
         self._commands: asyncio.Queue[ToReceiver] = asyncio.Queue()
         self._handed = 0
         #: Hand-overs not yet committed: number -> (events, settled when committed).
-        self._waiting: dict[int, tuple[int, asyncio.Future[None]]] = {}
-        self._uncommitted = 0
+        self._waiting: dict[int, asyncio.Future[None]] = {}
+        #: Hand-overs the fleet has not taken for a commit yet: number -> events, and the sum.
+        self._untaken: dict[int, int] = {}
+        self._queued = 0
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._called = 0
         self._client: Any = None
@@ -254,6 +264,9 @@ class _Receiver:
     def _dispatch(self, message: ToReceiver) -> None:
         if isinstance(message, Done):
             self._settle(message)
+        elif isinstance(message, Taken):
+            for number in [n for n in self._untaken if n <= message.number]:
+                self._queued -= self._untaken.pop(number)
         elif isinstance(message, Reply):
             call = self._calls.pop(message.number, None)
             if call is not None and not call.done():
@@ -266,8 +279,7 @@ class _Receiver:
 
     def _settle(self, done: Done) -> None:
         for number in [n for n in self._waiting if n <= done.number]:
-            count, future = self._waiting.pop(number)
-            self._uncommitted -= count
+            future = self._waiting.pop(number)
             if not future.done():
                 if done.error is None:
                     future.set_result(None)
@@ -329,10 +341,11 @@ class _Receiver:
             self.send(Failed(f"{type(exc).__name__}: {exc}"))
 
     async def _close(self) -> None:
-        for _, future in self._waiting.values():  # not committed: read again next time
+        for future in self._waiting.values():  # not committed: read again next time
             future.cancel()
         self._waiting.clear()
-        self._uncommitted = 0
+        self._untaken.clear()
+        self._queued = 0
         task, self._task = self._task, None
         client, self._client = self._client, None
         if client is not None:
@@ -354,14 +367,15 @@ class _Receiver:
         position = str(events[-1].sequence_number)
         self.send(Handed(number, context.partition_id, position, [item(e) for e in events]))
         future = self._loop.create_future()
-        self._waiting[number] = (len(events), future)
-        self._uncommitted += len(events)
-        if self._uncommitted >= 2 * self._config.batch_size:
+        self._waiting[number] = future
+        self._untaken[number] = len(events)
+        self._queued += len(events)
+        if self._queued >= self._config.batch_size:
             await asyncio.shield(future)  # back-pressure: wait for the commit
 
     async def _committed(self) -> None:
         """Until what is handed over now has been committed (or failed)."""
-        waiting = [future for _, future in self._waiting.values()]
+        waiting = list(self._waiting.values())
         if waiting:
             await asyncio.gather(*(asyncio.shield(w) for w in waiting), return_exceptions=True)
 
