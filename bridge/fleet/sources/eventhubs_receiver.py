@@ -16,10 +16,11 @@ What stays where it was:
   position goes to the fleet with the batch.
 - Back-pressure, as when the consumer ran in the fleet's process: a partition's callback
   waits for the commit of its own hand-over once `batch_size` events are handed over and
-  not yet taken for a commit (`Taken`; a batch commits meanwhile), and a partition that
-  closes first waits for everything handed over (`Done` says how far the fleet committed).
-  Counting the batch being committed too would stall: every partition waiting on the next
-  batch, which would wait `batch_wait` for more events that could not come.
+  not yet taken for a commit (`Taken`; a batch commits meanwhile), or until fewer wait
+  again, and a partition that closes first waits for everything handed over (`Done` says
+  how far the fleet committed). Counting the batch being committed too would stall: every
+  partition waiting on the next batch, which would wait `batch_wait` for more events that
+  could not come.
 - Partition ownership (`share_partitions`): the SDK's load balancer runs here, its
   checkpoint store a proxy (`_Ownership`) whose calls the fleet's process answers with
   `StoreOwnership` on its store (`Call` / `Reply`).
@@ -232,6 +233,8 @@ class _Receiver:
         #: Hand-overs the fleet has not taken for a commit yet: number -> events, and the sum.
         self._untaken: dict[int, int] = {}
         self._queued = 0
+        #: Settled when `_queued` falls below `batch_size` again (partitions waiting for it).
+        self._room: asyncio.Future[None] | None = None
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._called = 0
         self._client: Any = None
@@ -267,6 +270,8 @@ class _Receiver:
         elif isinstance(message, Taken):
             for number in [n for n in self._untaken if n <= message.number]:
                 self._queued -= self._untaken.pop(number)
+            if self._queued < self._config.batch_size:
+                self._make_room()
         elif isinstance(message, Reply):
             call = self._calls.pop(message.number, None)
             if call is not None and not call.done():
@@ -346,6 +351,7 @@ class _Receiver:
         self._waiting.clear()
         self._untaken.clear()
         self._queued = 0
+        self._make_room()
         task, self._task = self._task, None
         client, self._client = self._client, None
         if client is not None:
@@ -370,8 +376,24 @@ class _Receiver:
         self._waiting[number] = future
         self._untaken[number] = len(events)
         self._queued += len(events)
-        if self._queued >= self._config.batch_size:
-            await asyncio.shield(future)  # back-pressure: wait for the commit
+        if self._queued >= self._config.batch_size:  # back-pressure
+            await self._committed_or_room(future)
+
+    async def _committed_or_room(self, committed: asyncio.Future[None]) -> None:
+        """Until this hand-over is committed (a failure raised here, as the SDK expects), or
+        the fleet took enough for a commit that `batch_size` events no longer wait: this
+        process learns what the fleet took a little late (`Taken`), and a partition waiting
+        on a hand-over the fleet holds back for more would wait `batch_wait` for nothing."""
+        if self._room is None:
+            self._room = self._loop.create_future()
+        await asyncio.wait([committed, self._room], return_when=asyncio.FIRST_COMPLETED)
+        if committed.done():
+            committed.result()
+
+    def _make_room(self) -> None:
+        room, self._room = self._room, None
+        if room is not None and not room.done():
+            room.set_result(None)
 
     async def _committed(self) -> None:
         """Until what is handed over now has been committed (or failed)."""
