@@ -13,19 +13,21 @@ Each run stores N distinct events (one maintenance transition each, spread over 
   server (`tests/sinks/eventhub_server.py`, 4 partitions, in a process of its own as the
   real service is elsewhere; not timed), then the fleet service's `eventhubs` source drains
   it;
-- **Kafka**: the same with librdkafka's mock cluster (three brokers in this process, a
-  topic of 16 partitions, as the mock brokers keep only a few MB per partition): the
+- **Kafka**: the same with librdkafka's mock cluster (three brokers in a process of their
+  own, a topic of 16 partitions, as the mock brokers keep only a few MB per partition): the
   events are produced first in structured mode, as the sidecars' Kafka sink writes them
   (not timed), then the fleet service's consumer group drains the backlog.
 
 each into SQLite and into a real PostgreSQL server started from the machine's binaries
 (`fsync=off`, so it is the fleet service that is measured, not this VM's disk). The fleet
-service runs in this process; the emulator and PostgreSQL in their own. Figures are events
-per second, the CPU seconds this process spent during the run (the fleet service, and the
-Kafka mock brokers, which live in it) and those the Pub/Sub emulator or the Event Hubs test
-server spent (their own processes), and the process's RSS after the run. A part whose server
-is missing here is reported as skipped. Writes a Markdown table to `--out`
-(bench/results/fleet-ingest.md).
+service runs in this process; the emulator, the Kafka brokers and PostgreSQL in their own.
+Figures are events per second, the CPU seconds this process spent during the run (the
+fleet service) and per event, those of the Event Hubs source's receiver process (the AMQP
+client, in a process of the fleet service's own), those the Pub/Sub emulator, the Event
+Hubs test server or the Kafka mock brokers spent (their own processes), and the process's
+RSS after the run. A
+part whose server is missing here is reported as skipped. Writes a Markdown table to
+`--out` (bench/results/fleet-ingest.md).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from bench.drain import environment
 from bench.procs import ROOT, commit
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
+from bridge.fleet.sources.eventhubs_receiver import Channel
 from bridge.pipeline.model import Status
 from tests.fleet.factories import T0, azure_vm, gce_vm, transition
 from tests.support import eventually, free_port, running_as_root
@@ -82,6 +85,8 @@ class Figure:
     cpu_s: float | None = None
     #: CPU seconds of the bus's server when it runs in a process of its own (the emulator).
     server_cpu_s: float | None = None
+    #: CPU seconds of the fleet service's own receiver process (Event Hubs), its whole life.
+    receiver_cpu_s: float | None = None
 
     @property
     def rate(self) -> float:
@@ -246,17 +251,79 @@ async def kafka(url: str | None, store: str, bodies: list[bytes], cluster: Any) 
         "group_id": f"fleet-{topic}",  # a fresh group: no departed member to wait out
         **SOURCE_OPTIONS,
     }
+    server = getattr(cluster, "pid", None)  # None: the brokers run in this process
     began, cpu = time.perf_counter(), cpu_seconds()
+    server_cpu = cpu_seconds(server) if server is not None else None
+
+    def spent() -> tuple[float, float | None]:
+        brokers = cpu_seconds(server) - server_cpu if server_cpu is not None else None
+        return cpu_seconds() - cpu, brokers
+
     if url is None:
         await asyncio.to_thread(bare_consume, source, len(bodies))
-        seconds, spent = time.perf_counter() - began, cpu_seconds() - cpu
-        return Figure(
-            "Kafka bare consumer (no store)", store, len(bodies), seconds, rss_mb(), spent
-        )
+        seconds = time.perf_counter() - began
+        path = "Kafka bare consumer (no store)"
+        return Figure(path, store, len(bodies), seconds, rss_mb(), *spent())
     async with service(url, [source]) as fleet:
         await stored(fleet, len(bodies), timeout=600)
-        seconds, spent = time.perf_counter() - began, cpu_seconds() - cpu
-    return Figure("Kafka consumer group", store, len(bodies), seconds, rss_mb(), spent)
+        seconds, used = time.perf_counter() - began, spent()
+    return Figure("Kafka consumer group", store, len(bodies), seconds, rss_mb(), *used)
+
+
+class KafkaProcess:
+    """librdkafka's mock cluster in a process of its own, as the brokers are elsewhere (their
+    CPU is theirs, not the fleet service's): `MockCluster`'s `start`, `stop`, `bootstrap` and
+    `create_topic`, and `pid`."""
+
+    def __init__(self) -> None:
+        self.bootstrap = ""
+        self.pid: int | None = None
+        self._process: Any = None
+        self._pipe: Channel | None = None
+
+    def start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        self._process = context.Process(target=serve_kafka, args=(theirs,), daemon=True)
+        self._process.start()
+        theirs.close()
+        if not ours.poll(120):
+            raise RuntimeError("the Kafka mock cluster did not start")
+        self._pipe, self.bootstrap, self.pid = ours, ours.recv(), self._process.pid
+
+    def create_topic(self, name: str | None = None, partitions: int = 4) -> str:
+        assert self._pipe is not None
+        self._pipe.send((name, partitions))
+        topic: str = self._pipe.recv()
+        return topic
+
+    def stop(self) -> None:
+        pipe, process, self._pipe, self._process = self._pipe, self._process, None, None
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.send(None)
+            pipe.close()
+        if process is not None:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+                process.join(10)
+
+
+def serve_kafka(pipe: Connection) -> None:
+    """In a process of its own: the mock cluster, its bootstrap address sent through `pipe`,
+    then a topic created for each (name, partitions) that comes, until None comes."""
+    from tests.sinks.kafka_mock import MockCluster, require_library
+
+    cluster = MockCluster(require_library())
+    cluster.start()
+    try:
+        pipe.send(cluster.bootstrap)
+        while (request := pipe.recv()) is not None:
+            name, partitions = request
+            pipe.send(cluster.create_topic(name, partitions))
+    finally:
+        cluster.stop()
 
 
 def bare_consume(source: dict[str, Any], count: int) -> None:
@@ -321,8 +388,10 @@ async def eventhubs(url: str | None, store: str, bodies: list[bytes]) -> Figure:
             await stored(fleet, len(bodies), timeout=600)
             seconds = time.perf_counter() - began
             spent = cpu_seconds() - cpu, cpu_seconds(server) - server_cpu
+            receiver = getattr(fleet.sources[0], "receiver_pid", None)
+            receiver_cpu = cpu_seconds(receiver) if receiver is not None else None
     path = "Event Hubs (test AMQP server)"
-    return Figure(path, store, len(bodies), seconds, rss_mb(), *spent)
+    return Figure(path, store, len(bodies), seconds, rss_mb(), *spent, receiver_cpu)
 
 
 def serve_hub(pipe: Connection, partitions: int) -> None:
@@ -366,7 +435,7 @@ async def bare_receive(source: dict[str, Any], count: int) -> None:
     from azure.eventhub.aio import EventHubConsumerClient
 
     from bridge.fleet.bus_config import EventHubsSourceConfig
-    from bridge.fleet.sources.eventhubs import PREFETCH_BATCHES
+    from bridge.fleet.sources.eventhubs_receiver import PREFETCH_BATCHES
     from bridge.infra.validation import validate
     from bridge.transports.eventhubs import open_client
 
@@ -434,7 +503,7 @@ async def stores(
 async def run(
     count: int, paths: tuple[str, ...] = PATHS, kinds: tuple[str, ...] = STORES, bare: bool = False
 ) -> tuple[list[Figure], list[str]]:
-    from tests.sinks.kafka_mock import MockCluster, library
+    from tests.sinks.kafka_mock import library
     from tests.sinks.pubsub_emulator import Emulator, find_script
 
     figures: list[Figure] = []
@@ -447,7 +516,7 @@ async def run(
     elif emulator is not None:
         await asyncio.to_thread(emulator.start)
     lib = library() if "kafka" in paths else None
-    cluster = MockCluster(lib) if lib is not None else None
+    cluster = KafkaProcess() if lib is not None else None
     if cluster is None and "kafka" in paths:
         notes.append("Kafka: skipped, confluent-kafka (the kafka extra) is not installed")
     elif cluster is not None:
@@ -493,20 +562,25 @@ def render(figures: list[Figure], notes: list[str], cores: int, load: float) -> 
         f"{load:.1f} at the start",
         "(other programs share the host: compare runs at a similar load). Distinct events into",
         "a fresh store, the fleet service in the benchmark's process. RSS is the process after",
-        "the run (cumulative over the runs above it). CPU s: this process (the fleet service,",
-        "and Kafka's mock brokers, which run in it) during the run; server CPU s: the Pub/Sub",
-        "emulator's or the Event Hubs test server's own process. A `bare` row (store `none`)",
-        "drains the same backlog with the bus's client library alone: the ceiling here.",
+        "the run (cumulative over the runs above it). CPU s: this process (the fleet service)",
+        "during the run, and per event; receiver CPU s: the Event Hubs source's receiver",
+        "process (the AMQP client; its whole life, imports included); server CPU s: the Pub/Sub",
+        "emulator's, the Event Hubs test server's or the Kafka mock brokers' own process. A",
+        "`bare` row (store `none`) drains the same backlog with the bus's client library alone:",
+        "the ceiling here.",
         "",
-        "| path | store | events | seconds | events/s | CPU s | server CPU s | RSS MB |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| path | store | events | seconds | events/s | CPU s | CPU us/event | receiver CPU s "
+        "| server CPU s | RSS MB |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for f in figures:
         cpu = "" if f.cpu_s is None else f"{f.cpu_s:.1f}"
+        per_event = "" if f.cpu_s is None else f"{f.cpu_s / f.events * 1e6:.0f}"
+        receiver = "" if f.receiver_cpu_s is None else f"{f.receiver_cpu_s:.1f}"
         server = "" if f.server_cpu_s is None else f"{f.server_cpu_s:.1f}"
         lines.append(
             f"| {f.path} | {f.store} | {f.events} | {f.seconds:.2f} | {f.rate:,.0f} | "
-            f"{cpu} | {server} | {f.rss_mb:.0f} |"
+            f"{cpu} | {per_event} | {receiver} | {server} | {f.rss_mb:.0f} |"
         )
     lines += [""] + [f"- {note}" for note in notes]
     return "\n".join(lines).rstrip() + "\n"

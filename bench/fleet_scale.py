@@ -32,8 +32,8 @@ for SQLite and PostgreSQL side by side in one run:
 9. The bus sources (Pub/Sub emulator, the test AMQP Event Hubs server, librdkafka's mock
    cluster): a backlog of `--bus-events` events drained by the fleet service running in this
    process into a fresh store of each kind (the servers' own cost shares these 2 cores: the
-   emulator and the Event Hubs server in processes of their own, Kafka's mock brokers in
-   this one), with the CPU seconds this process spent per 1,000 events.
+   emulator, the Event Hubs server and Kafka's mock brokers in processes of their own), with
+   the CPU seconds this process spent per 1,000 events.
 
 Writes `fleet-scale.md` and `fleet-scale.png` in `--out` (default bench/results).
 """
@@ -64,7 +64,7 @@ import psutil
 from bench.dashboard import browser_loads
 from bench.drain import environment
 from bench.fleet import SECRET, ingest, latency
-from bench.fleet_ingest import Figure, cpu_seconds, eventhubs, kafka, pubsub
+from bench.fleet_ingest import Figure, KafkaProcess, cpu_seconds, eventhubs, kafka, pubsub
 from bench.fleet_ingest import stores as throwaway_stores
 from bench.fleet_prefill import CHUNK as FILL_CHUNK
 from bench.fleet_prefill import prefill as fast_prefill
@@ -516,7 +516,7 @@ async def bus_figures(
 
 @contextlib.asynccontextmanager
 async def bus_servers(notes: list[str]) -> AsyncIterator[dict[str, Any]]:
-    from tests.sinks.kafka_mock import MockCluster, library
+    from tests.sinks.kafka_mock import library
     from tests.sinks.pubsub_emulator import Emulator, find_script
 
     servers: dict[str, Any] = {}
@@ -530,8 +530,8 @@ async def bus_servers(notes: list[str]) -> AsyncIterator[dict[str, Any]]:
     if lib is None:
         notes.append("Kafka: not measured, confluent-kafka (the kafka extra) is missing")
     else:
-        servers["kafka"] = MockCluster(lib)
-        servers["kafka"].start()
+        servers["kafka"] = KafkaProcess()
+        await asyncio.to_thread(servers["kafka"].start)
     try:
         yield servers
     finally:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from bridge.fleet.service import build_store
@@ -228,7 +229,11 @@ async def test_five_sidecars_through_the_bus_into_the_fleet_despite_a_kill_9(
         for play in rounds[1]:
             play()
         await fleet.reached(len(rounds[0]) + 1)  # the second round is streaming in
+        assert fleet.process.proc is not None
+        helpers = psutil.Process(fleet.process.proc.pid).children()  # Event Hubs' receiver
         await fleet.process.kill()
+        _, left = await asyncio.to_thread(psutil.wait_procs, helpers, 30)
+        assert not left  # a killed fleet's receiver process goes with it
         await fleet.process.start()
         await fleet.reached(len(rounds[0]) + len(rounds[1]))
         for play in rounds[2]:

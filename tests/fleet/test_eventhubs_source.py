@@ -19,6 +19,7 @@ from azure.eventhub.aio import EventHubProducerClient
 
 from bridge.fleet.config import parse_fleet_config
 from bridge.fleet.service import FleetService
+from bridge.fleet.sources.eventhubs import EventHubsSource
 from bridge.fleet.store import EventQuery, NoticeFilter
 from bridge.infra.validation import ConfigError, validate
 from bridge.pipeline.events import parse
@@ -227,3 +228,31 @@ async def test_events_out_of_the_stores_bounds_are_rejected_and_checkpointed_pas
         )
         assert len(await service.store.rejected()) == len(bad)
         assert (await service.store.checkpoints("eventhubs"))["0"] == str(len(hub.events(0)) - 1)
+
+
+async def test_a_receiver_process_that_dies_is_started_again_from_the_checkpoints(
+    tmp_path: Path, hub: EventHubServer
+) -> None:
+    """The consumer runs in a receiver process of the source's own: killed, it is started
+    again from the store's checkpoints, so what comes after is read once and nothing twice."""
+    import psutil
+
+    first, second = stream(0), stream(1)
+    await send(hub, first)
+    service = service_for(tmp_path, hub)
+    async with service.running():
+        await stored(service, len(first))
+        source = service.sources[0]
+        assert isinstance(source, EventHubsSource)
+        pid = source.receiver_pid
+        assert pid is not None
+        assert pid != psutil.Process().pid
+        psutil.Process(pid).kill()
+        await eventually(lambda: "receiver process ended" in source.health().detail, timeout=30)
+        await send(hub, second)
+        await stored(service, len(first + second))
+        await eventually(lambda: source.health().ok, timeout=30)
+        assert source.receiver_pid not in (None, pid)
+        assert await service.store.checkpoints("eventhubs") == last_sequences(hub)
+        assert service.stats.counts[("eventhubs", "accepted")] == len(first + second)
+        assert service.stats.counts[("eventhubs", "duplicate")] == 0

@@ -27,12 +27,12 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception_type
 
-from bridge import contract
 from bridge.fleet import ingest_log
 from bridge.fleet.bus_config import _BusSource
 from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.identity.screen import screen
 from bridge.fleet.sources.base import Ingestor, classify
+from bridge.fleet.sources.converting import converted
 from bridge.fleet.store import Accepted, IngestResult, Refused, StoreError
 from bridge.infra.backoff import Backoff
 
@@ -72,15 +72,11 @@ def decode(
     sent_at: datetime | None = None,
 ) -> Decoded:
     """`convert()`: the message's event as structured JSON, checked (`check`), or `raw`
-    refused with the reason. A message is outside input: whatever its conversion raises is
-    a reason to refuse it, never a crash of the source."""
+    refused with the reason (`converted`)."""
     at = sent_at.timestamp() if sent_at is not None else None
-    try:
-        body = convert()
-    except contract.ContractError as exc:
-        return Decoded(None, Refused(raw, str(exc)))
-    except Exception as exc:  # a binding library refusing a malformed message
-        return Decoded(None, Refused(raw, f"not a CloudEvent: {type(exc).__name__}: {exc}"))
+    body = converted(convert)
+    if isinstance(body, str):
+        return Decoded(None, Refused(raw, body))
     return Decoded(body, None, credential, at, check(body))
 
 

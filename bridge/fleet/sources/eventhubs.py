@@ -2,20 +2,25 @@
 the fleet store (no Blob storage account).
 
 The official async consumer (`EventHubConsumerClient.receive_batch`, no checkpoint store)
-reads all partitions of the hub. Each batch it hands over (one partition's events) is
-queued, and one task commits what the partitions queued in ONE store transaction together
-with each partition's checkpoint `partition -> sequence number of its last event`, so the
-store never holds events without the position they reach, nor a position past events it
-does not hold. The SDK hands over what its buffer holds at the moment (a few dozen events
-while draining a backlog), so one transaction per hand-over made small transactions; the
-queue gathers up to `batch_size` events (waiting `batch_wait` for more), and a partition's
-callback waits for the commit only once `batch_size` events are queued (memory stays
-bounded). A reconnect or a partition closing first waits for what is queued to commit.
-After a restart the source reads those checkpoints and starts each partition just after
-its own (`starting_position_inclusive` false): no gap and no double; partitions never
+reads all partitions of the hub in a process of its own (`bridge.fleet.sources.
+eventhubs_receiver`: the SDK's pure-Python AMQP cost more CPU per event than the store, in
+the fleet's process). Each batch it hands over (one partition's events, as their
+structured JSON) is checked here on the thread that reads the pipe and queued, and one task
+commits what the partitions queued in ONE store transaction together with each partition's
+checkpoint `partition -> sequence number of its last event`, so the store never holds
+events without the position they reach, nor a position past events it does not hold. The
+SDK hands over what its buffer holds at the moment (a few dozen events while draining a
+backlog), so one transaction per hand-over made small transactions; the queue gathers up
+to `batch_size` events (waiting `batch_wait` for more), and a partition's callback waits
+for the commit once `batch_size` events are handed over and not yet taken for a commit
+(memory stays bounded). A reconnect or a partition closing first waits for what is queued to
+commit. After a restart the source reads those checkpoints and starts each partition just
+after its own (`starting_position_inclusive` false): no gap and no double; partitions never
 checkpointed start at `start` (the oldest retained event by default). Replicas sharing a
 PostgreSQL store may all read the hub: the store's (source, id) key turns the second copy
-of every event into a duplicate.
+of every event into a duplicate; with `share_partitions` they split the partitions, the
+ownership kept in the store (`bridge.fleet.sources.eventhubs_ownership`, answered here for
+the receiver's load balancer).
 
 While the store cannot commit, the batch is retried with backoff and the partitions wait
 (their checkpoints do not move). Content modes of the CloudEvents AMQP binding, as the
@@ -27,7 +32,10 @@ the batch, so it cannot loop. With `identity` set, the
 `bridgecredential` application property is screened (`bridge.fleet.sources.bus`): a refused
 message goes to the rejected table and is checkpointed past too.
 
-`azure.eventhub` (and `azure.identity` for Azure AD) are imported when the source starts.
+The receiver process is started with the source and stopped with it; if it fails (the hub
+unreachable, refused credentials) or ends, it is started again after `retry_max` seconds
+from the checkpoints in the store. If the fleet's process is killed, the receiver sees its
+pipe close and exits.
 """
 
 from __future__ import annotations
@@ -35,22 +43,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import multiprocessing
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bridge.fleet.bus_config import EventHubsSourceConfig
 from bridge.fleet.identity.gate import IdentityGate
 from bridge.fleet.sources.base import Ingestor, SourceHealth
-from bridge.fleet.sources.bus import Committer, Decoded, decode
-from bridge.transports.eventhubs import event_body, event_credential, open_client
+from bridge.fleet.sources.bus import Committer, Decoded, check
+from bridge.fleet.sources.eventhubs_receiver import (
+    ENCODER,
+    FROM_RECEIVER,
+    Call,
+    Channel,
+    Closed,
+    Done,
+    Failed,
+    Handed,
+    Item,
+    Logged,
+    Opened,
+    Receiving,
+    Reply,
+    Start,
+    Stop,
+    Taken,
+    ToFleet,
+    ToReceiver,
+    run,
+)
+from bridge.fleet.store import Refused
+
+if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
+
+    from bridge.fleet.sources.eventhubs_ownership import StoreOwnership
 
 log = logging.getLogger("bridge.fleet.eventhubs")
 
-_STARTS = {"earliest": "-1", "latest": "@latest"}
-#: Events each partition's link asks ahead (its credit), in batches: the SDK's default of
-#: 300 with a pause of 50 ms between its reads capped a partition near 6,000 events/s, and a
-#: batch larger than the credit could never fill.
-PREFETCH_BATCHES = 2
+#: Seconds `stop` waits for the receiver to close its consumer before killing it.
+STOP_TIMEOUT = 30.0
 
 
 class EventHubsSource:
@@ -60,42 +93,45 @@ class EventHubsSource:
         self.name = config.name
         self._config = config
         self.identity = identity
-        self._client: Any = None
-        self._credential: Any = None
         self._task: asyncio.Task[None] | None = None
         self._committer: Committer | None = None
+        self._ownership: StoreOwnership | None = None
         self._partitions: set[str] = set()
         self._error: str | None = "not started"
         self._flusher: asyncio.Task[None] | None = None
+        self._process: SpawnProcess | None = None
+        self._connection: Channel | None = None
+        self._reader: threading.Thread | None = None
+        #: Set when the receiver reports a failure (its reason) or its process ended (None).
+        self._ended: asyncio.Future[str | None] | None = None
+        self._calls: set[asyncio.Task[None]] = set()
         #: Hand-overs waiting for the next commit, the events they hold, those committing.
         self._queue: list[_Queued] = []
         self._queued = 0
         self._flushing: list[_Queued] = []
         self._arrived = asyncio.Event()
+        #: Settled when everything handed over up to now is committed (or failed).
+        self._drained: list[tuple[int, asyncio.Future[None]]] = []
+        #: Hand-overs queued and committed so far, counted here (a new receiver process
+        #: numbers its own from 1 again).
+        self._arrivals = 0
+        self._settled = 0
 
     def __repr__(self) -> str:
         return f"EventHubsSource(name={self.name!r}, group={self._config.consumer_group!r})"
 
-    def _make_client(self, ingestor: Ingestor) -> Any:
-        from azure.eventhub.aio import EventHubConsumerClient
-
-        config = self._config
-        sharing: dict[str, Any] = {}
-        if config.share_partitions:
-            from bridge.fleet.sources.eventhubs_ownership import StoreOwnership
-
-            sharing = {
-                "checkpoint_store": StoreOwnership(ingestor.store, self.name),
-                "load_balancing_interval": config.load_balancing_interval,
-            }
-        client, self._credential = open_client(
-            EventHubConsumerClient, config, consumer_group=config.consumer_group, **sharing
-        )
-        return client
+    @property
+    def receiver_pid(self) -> int | None:
+        """The receiver process's id (None while none runs): its CPU is not the fleet's."""
+        process = self._process
+        return process.pid if process is not None and process.is_alive() else None
 
     async def start(self, ingestor: Ingestor) -> None:
         self._committer = Committer(self.name, ingestor, self._config, self.identity)
-        self._client = self._make_client(ingestor)
+        if self._config.share_partitions:
+            from bridge.fleet.sources.eventhubs_ownership import StoreOwnership
+
+            self._ownership = StoreOwnership(ingestor.store, self.name)
         self._task = asyncio.create_task(self._receive(ingestor), name=f"fleet-{self.name}")
         self._flusher = asyncio.create_task(
             self._flush(self._committer), name=f"fleet-{self.name}-commit"
@@ -106,21 +142,17 @@ class EventHubsSource:
         if flusher is not None:
             flusher.cancel()
             await asyncio.gather(flusher, return_exceptions=True)
-        for queued in self._queue + self._flushing:  # not committed: read again next time
-            queued.done.cancel()
+        # Not committed: read again next time.
         self._queue, self._flushing, self._queued = [], [], 0
+        self._settled = self._arrivals
+        for _, drained in self._drained:
+            drained.cancel()
+        self._drained = []
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if self._client is not None:
-            with contextlib.suppress(Exception):
-                await self._client.close()
-            self._client = None
-        if self._credential is not None:
-            with contextlib.suppress(Exception):
-                await self._credential.close()
-            self._credential = None
+        await self._end_receiver()
         self._partitions.clear()
         self._error = "stopped"
 
@@ -136,63 +168,139 @@ class EventHubsSource:
         parts = ",".join(sorted(self._partitions, key=lambda p: (len(p), p)))
         return SourceHealth(True, f"partitions {parts}: {committed} event(s)")
 
-    async def _positions(self, ingestor: Ingestor) -> dict[str, Any]:
-        """Where each partition starts: after its checkpoint, else at `start`."""
-        checkpoints = await ingestor.store.checkpoints(self.name)
-        default = _STARTS[self._config.start]
-        partitions = await self._client.get_partition_ids()
-        return {pid: int(checkpoints[pid]) if pid in checkpoints else default for pid in partitions}
+    # -- the receiver process ---------------------------------------------------------------
 
     async def _receive(self, ingestor: Ingestor) -> None:
-        """Read every partition until stopped. A start that fails (hub unreachable, refused
-        credentials) or a receive that ends with an error is tried again with a new client,
-        from the checkpoints in the store, after `retry_max` seconds."""
+        """Keep a receiver reading every partition until stopped. A start that fails (hub
+        unreachable, refused credentials), a receive that ends with an error or a receiver
+        process that ends is tried again after `retry_max` seconds, from the checkpoints in
+        the store once what was handed over before is committed."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._committed()  # what an earlier receive handed over, before positions
+            if self._connection is None:
+                await self._start_receiver(loop)
+            self._ended = loop.create_future()
+            checkpoints = await ingestor.store.checkpoints(self.name)
+            self._send(Start(dict(checkpoints)))
+            reason = await self._ended
+            if reason is None:
+                reason = "the receiver process ended"
+                await self._end_receiver()
+            self._error = f"not consuming: {reason}"
+            log.warning("source %s: %s; trying again", self.name, self._error)
+            self._partitions.clear()
+            await asyncio.sleep(self._config.retry_max)
+
+    async def _start_receiver(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A receiver process (`spawn`: nothing of this process's threads or loop in it),
+        and the thread that reads what it sends."""
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        process = context.Process(
+            target=run, args=(theirs, self._config), name=f"fleet-{self.name}", daemon=True
+        )
+        await asyncio.to_thread(process.start)
+        theirs.close()  # its end is the receiver's alone: it closes when the receiver ends
+        self._process, self._connection = process, ours
+        self._reader = threading.Thread(
+            target=self._read, args=(ours, loop), name=f"fleet-{self.name}-pipe", daemon=True
+        )
+        self._reader.start()
+
+    async def _end_receiver(self) -> None:
+        """Ask the receiver to close its consumer (releasing its partitions through the
+        store, which this process answers meanwhile), then make sure it is gone."""
+        process, connection, reader = self._process, self._connection, self._reader
+        self._send(Stop())
+        if process is not None:
+            await asyncio.to_thread(process.join, STOP_TIMEOUT)
+            if process.is_alive():
+                log.warning("source %s: the receiver did not stop; killing it", self.name)
+                process.kill()
+                await asyncio.to_thread(process.join, STOP_TIMEOUT)
+            process.close()
+        self._process = self._connection = self._reader = None
+        if reader is not None:
+            await asyncio.to_thread(reader.join, STOP_TIMEOUT)
+        if connection is not None:
+            connection.close()
+        for call in list(self._calls):
+            call.cancel()
+
+    def _send(self, message: ToReceiver) -> None:
+        connection = self._connection
+        if connection is None:
+            return
+        try:
+            connection.send_bytes(ENCODER.encode(message))
+        except OSError as exc:  # the receiver is gone: the reader thread reports it
+            log.debug("source %s: cannot reach the receiver: %s", self.name, exc)
+
+    def _read(self, connection: Channel, loop: asyncio.AbstractEventLoop) -> None:
+        """On a thread of its own: what the receiver sends, each batch checked here (off the
+        event loop, while the store writes on its own thread), until the pipe closes."""
+        screened = self.identity is not None and self.identity.mode != "off"
         while True:
             try:
-                await self._committed()  # what an earlier client queued, before its positions
-                positions = await self._positions(ingestor)
-                self._error = None
-                log.info("source %s: starting at %s", self.name, positions)
-                await self._client.receive_batch(
-                    self._on_batch,
-                    max_batch_size=self._config.batch_size,
-                    prefetch=self._config.batch_size * PREFETCH_BATCHES,
-                    starting_position=positions,
-                    starting_position_inclusive=False,
-                    on_error=self._on_error,
-                    on_partition_initialize=self._on_open,
-                    on_partition_close=self._on_close,
-                )
-                return  # the client was closed: the source is stopping
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._error = f"not consuming: {type(exc).__name__}: {exc}"
-                log.warning("source %s: %s; trying again", self.name, self._error)
-            self._partitions.clear()
-            with contextlib.suppress(Exception):
-                await self._client.close()
-            await asyncio.sleep(self._config.retry_max)
-            self._client = self._make_client(ingestor)
+                message: ToFleet = FROM_RECEIVER.decode(connection.recv_bytes())
+            except (EOFError, OSError):
+                break
+            if isinstance(message, Handed):
+                decoded = [_decoded(item, screened) for item in message.items]
+                loop.call_soon_threadsafe(self._arrive, message, decoded)
+            else:
+                loop.call_soon_threadsafe(self._on_message, message)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to tell
+            loop.call_soon_threadsafe(self._on_end, connection)
 
-    async def _on_batch(self, context: Any, events: list[Any]) -> None:
-        if not events or self._committer is None:
+    def _on_end(self, connection: Channel) -> None:
+        ended = self._ended
+        if connection is self._connection and ended is not None and not ended.done():
+            ended.set_result(None)
+
+    def _on_message(self, message: ToFleet) -> None:
+        if isinstance(message, Opened):
+            self._partitions.add(message.partition)
+        elif isinstance(message, Closed):
+            self._partitions.discard(message.partition)
+        elif isinstance(message, Receiving):
+            self._error = None
+        elif isinstance(message, Failed):
+            if self._ended is not None and not self._ended.done():
+                self._ended.set_result(message.reason)
+        elif isinstance(message, Call):
+            call = asyncio.create_task(self._answer(message))
+            self._calls.add(call)
+            call.add_done_callback(self._calls.discard)
+        elif isinstance(message, Logged):
+            logging.getLogger(message.logger).log(message.level, "%s", message.message)
+
+    async def _answer(self, call: Call) -> None:
+        """A call of the receiver's load balancer, answered with the store's ownership."""
+        try:
+            assert self._ownership is not None, "partitions are not shared"
+            result = await getattr(self._ownership, call.method)(*call.arguments)
+            reply = Reply(call.number, list(result) if result is not None else None)
+        except Exception as exc:
+            reply = Reply(call.number, error=f"{type(exc).__name__}: {exc}")
+        self._send(reply)
+
+    # -- committing -------------------------------------------------------------------------
+
+    def _arrive(self, handed: Handed, messages: list[Decoded]) -> None:
+        if self._committer is None or self._flusher is None:
             return
-        queued = _Queued(
-            [_decoded(data) for data in events],
-            context.partition_id,
-            str(events[-1].sequence_number),
-            asyncio.get_running_loop().create_future(),
-        )
+        self._arrivals += 1
+        queued = _Queued(messages, handed.partition, handed.position, handed.number, self._arrivals)
         self._queue.append(queued)
-        self._queued += len(queued.messages)
+        self._queued += len(messages)
         self._arrived.set()
-        if self._queued >= self._config.batch_size:
-            await asyncio.shield(queued.done)  # back-pressure: wait for the commit
 
     async def _flush(self, committer: Committer) -> None:
         """Commit what the partitions queued, `batch_size` events or what came within
-        `batch_wait`, in one transaction with each partition's last position."""
+        `batch_wait`, in one transaction with each partition's last position, then tell the
+        receiver how far it is committed."""
         loop = asyncio.get_running_loop()
         config = self._config
         while True:
@@ -207,38 +315,40 @@ class EventHubsSource:
             if not taken:
                 continue
             self._flushing = taken
+            self._send(Taken(taken[-1].number))
             checkpoints = {q.partition: q.position for q in taken}  # each one's last
             messages = [message for q in taken for message in q.messages]
+            error: str | None = None
             try:
                 await committer.commit(messages, checkpoints)
-            except Exception as exc:  # not StoreError (retried): a bug; the callbacks see it
-                for q in taken:
-                    if not q.done.done():
-                        q.done.set_exception(exc)
-                continue
+            except Exception as exc:  # not StoreError (retried): a bug; the receiver sees it
+                log.exception("source %s: cannot commit a batch", self.name)
+                error = f"{type(exc).__name__}: {exc}"
             finally:
                 self._flushing = []
-            for q in taken:
-                if not q.done.done():
-                    q.done.set_result(None)
+            self._send(Done(taken[-1].number, error))
+            self._settle(taken[-1].arrival)
+
+    def _settle(self, arrival: int) -> None:
+        """Hand-overs up to `arrival` (this process's count) are committed or failed."""
+        self._settled = arrival
+        still = []
+        for upto, drained in self._drained:
+            if upto <= arrival:
+                if not drained.done():
+                    drained.set_result(None)
+            else:
+                still.append((upto, drained))
+        self._drained = still
 
     async def _committed(self) -> None:
         """Wait until what is queued now has been committed (or failed)."""
-        waiting = [q.done for q in self._queue + self._flushing]
-        if waiting:
-            self._arrived.set()
-            await asyncio.gather(*(asyncio.shield(w) for w in waiting), return_exceptions=True)
-
-    async def _on_open(self, context: Any) -> None:
-        self._partitions.add(context.partition_id)
-
-    async def _on_close(self, context: Any, _reason: Any) -> None:
-        self._partitions.discard(context.partition_id)
-        await self._committed()  # its checkpoint in the store before another reader starts
-
-    async def _on_error(self, context: Any, error: Exception) -> None:
-        where = f"partition {context.partition_id}" if context is not None else "the client"
-        log.warning("source %s: %s: %s: %s", self.name, where, type(error).__name__, error)
+        if self._arrivals <= self._settled:
+            return
+        drained = asyncio.get_running_loop().create_future()
+        self._drained.append((self._arrivals, drained))
+        self._arrived.set()
+        await asyncio.wait([drained])  # `stop` cancels it: nothing more will commit
 
 
 @dataclass(slots=True)
@@ -248,11 +358,17 @@ class _Queued:
     messages: list[Decoded]
     partition: str
     position: str
-    done: asyncio.Future[None]
+    #: The receiver's number for it (`Done`), and this process's count of hand-overs.
+    number: int
+    arrival: int
 
 
-def _decoded(data: Any) -> Decoded:
-    # enqueued_time: set by Event Hubs when it took the message
-    return decode(
-        b"".join(data.body), lambda: event_body(data), event_credential(data), data.enqueued_time
-    )
+def _decoded(item: Item, screened: bool) -> Decoded:
+    """A handed-over message, checked (`screened`: its credential and time kept for the
+    identity gate)."""
+    body, credential, taken, reason = item
+    if reason is not None:
+        return Decoded(None, Refused(body, reason))
+    if not screened:
+        credential = taken = None
+    return Decoded(body, None, credential, taken, check(body))

@@ -6,9 +6,10 @@ up to `batch_size` messages (waiting `batch_wait` for more), decodes and checks 
 contract, the bounds) and hands them to the event loop, where
 `bridge.fleet.sources.bus.Committer` commits them in one store transaction (retrying while
 the store fails). While that commit runs, the thread consumes, decodes and checks the next
-batch; then it waits for the commit and only then commits the offsets following its messages
-to the broker (`enable.auto.commit=false`). One store commit is in flight at most, and the
-event loop is never blocked. A structured-mode message as the sidecars' sink writes it (its
+batch; then it waits for the commit, hands the next batch to the store, and only then commits
+the offsets following the committed messages to the broker (`enable.auto.commit=false`),
+while the store writes the next batch. One store commit is in flight at most, and the event
+loop is never blocked. A structured-mode message as the sidecars' sink writes it (its
 `partitionkey` inside) is stored as it came, unconverted.
 
 Nothing is lost and nothing doubled:
@@ -51,7 +52,6 @@ from bridge.fleet.sources.bus import Committer, Decoded, check, decode
 from bridge.infra.credential import ATTRIBUTE as CREDENTIAL_ATTRIBUTE
 from bridge.transports.kafka_binding import (
     CONTENT_TYPE_HEADER,
-    PARTITION_KEY,
     STRUCTURED_CONTENT_TYPE,
     Headers,
     record_credential,
@@ -116,13 +116,20 @@ def _as_sent(value: bytes) -> bytes | None:
     with the binding's reason). Rebuilding and re-serializing each event through the
     CloudEvents SDK was the largest per-message cost of the source."""
     try:
-        fields = _OBJECT.decode(value)
+        named = _PARTITION_KEY.decode(value)
     except msgspec.DecodeError:
         return None
-    return value if fields.get(PARTITION_KEY) else None
+    return value if named.partitionkey else None
 
 
-_OBJECT: Final = msgspec.json.Decoder(dict[str, Any])
+class _PartitionKeyOnly(msgspec.Struct):
+    """A JSON object's `partitionkey` (PARTITION_KEY), the rest skipped unread: no dict of
+    every field (0.8 against 2.1 us for a sidecar's event)."""
+
+    partitionkey: Any = None
+
+
+_PARTITION_KEY: Final = msgspec.json.Decoder(_PartitionKeyOnly)
 
 
 def next_offsets(messages: Sequence[Message]) -> dict[tuple[str, int], int]:
@@ -216,7 +223,9 @@ class KafkaSource:
 
     def _run(self, consumer: Consumer, loop: asyncio.AbstractEventLoop) -> None:
         """Consume and decode the next batch while the store commits the previous one (one
-        store commit in flight at most), then wait for that commit and commit its offsets."""
+        store commit in flight at most), then wait for that commit, hand the next batch to
+        the store, and commit the offsets the store now holds to the broker while it writes
+        (the broker's round trip no longer leaves the store idle)."""
         config = self._config
         self._loop = loop
         try:
@@ -227,11 +236,13 @@ class KafkaSource:
                     wanted = config.batch_size - len(self._held)
                     self._take(consumer.consume(wanted, config.batch_wait))
                 had = self._pending is not None
-                self._settle(consumer)
+                self._settle()
                 if self._held:
                     self._submit()
                 elif not had:
                     self._recheck(consumer)
+                if had:
+                    self._commit_offsets(consumer)
         except Exception:
             log.exception("source %s: the consumer stopped", self.name)
             self._failure = "the consumer stopped (see the log)"
@@ -279,10 +290,10 @@ class KafkaSource:
             future.cancel()  # `stop` may have looked before this commit began
         self._pending = (future, next_offsets(batch))
 
-    def _settle(self, consumer: Consumer) -> None:
-        """Wait for the store commit in flight, then commit the offsets it reached to the
-        broker; a commit cancelled by `stop` is not in the store, so its offsets are not
-        committed and its messages come again."""
+    def _settle(self) -> None:
+        """Wait for the store commit in flight and keep the offsets it reached for the
+        broker (`_commit_offsets`); a commit cancelled by `stop` is not in the store, so its
+        offsets are not kept and its messages come again."""
         pending, self._pending = self._pending, None
         if pending is None:
             return
@@ -294,7 +305,6 @@ class KafkaSource:
         finally:
             self._in_flight = None
         self._uncommitted.update(offsets)
-        self._commit_offsets(consumer)
 
     def _commit_offsets(self, consumer: Consumer) -> None:
         """Commit what the store holds; a failure keeps it for the next try (or the revoke):
@@ -326,10 +336,10 @@ class KafkaSource:
         one being committed), then commit the offsets the store holds, so the member taking
         them over starts right after them and stores none of them again. Stopping, the held
         batch is not stored: its messages come again (to whoever takes them)."""
-        self._settle(consumer)  # the commit in flight first: `_submit` replaces it
+        self._settle()  # the commit in flight first: `_submit` replaces it
         if self._held and not self._stopping.is_set():
             self._submit()
-            self._settle(consumer)
+            self._settle()
         self._held, self._decoded = [], []
         self._commit_offsets(consumer)
         revoked = {p.partition for p in partitions}
@@ -349,7 +359,7 @@ class KafkaSource:
         """Leave the group (the revoke callback commits what is left), so the other
         members take the partitions over at once."""
         try:
-            self._settle(consumer)
+            self._settle()
             self._held, self._decoded = [], []
             self._commit_offsets(consumer)
             consumer.close()
