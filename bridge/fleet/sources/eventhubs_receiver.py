@@ -38,10 +38,9 @@ import contextlib
 import logging
 import os
 import queue
-import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -49,14 +48,23 @@ from bridge.fleet.bus_config import EventHubsSourceConfig
 from bridge.fleet.sources.converting import converted
 from bridge.transports.eventhubs import event_body, event_credential
 
-if sys.platform == "win32":  # what `multiprocessing.Pipe` gives on each
-    from multiprocessing.connection import PipeConnection
 
-    Channel = PipeConnection
-else:
-    from multiprocessing.connection import Connection
+class Channel(Protocol):
+    """One end of `multiprocessing.Pipe` (a `Connection` on POSIX, a `PipeConnection` on
+    Windows): what the fleet and its receiver use of it, the same on each platform."""
 
-    Channel = Connection
+    def send_bytes(self, buf: bytes, /) -> None: ...
+
+    def recv_bytes(self) -> bytes: ...
+
+    def send(self, obj: Any, /) -> None: ...
+
+    def recv(self) -> Any: ...
+
+    def poll(self, timeout: float | None = 0.0, /) -> bool: ...
+
+    def close(self) -> None: ...
+
 
 log = logging.getLogger("bridge.fleet.eventhubs")
 
