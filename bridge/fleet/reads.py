@@ -75,11 +75,13 @@ _INSTANCES: Final = (
     "retired_at, attested FROM instances"
 )
 _EVENTS: Final = "SELECT seq, ingest, received_at, body FROM events"
-#: One instance's audit log, by a name or a source: the events of the sources that the
-#: instances of that name have (their rows carry each source's latest name), through the
-#: audit log's (source, id) key. The audit log keeps no index of its events' names (schema
-#: step 12): that was a page written at a random place of it for every event.
-_OF_INSTANCE: Final = "source IN (SELECT source FROM instances WHERE name = ? UNION ALL SELECT ?)"
+#: One instance's audit log, by a name or a source: the sources that the instances of that
+#: name have (their rows carry each source's latest name), read first, then their events
+#: through the audit log's keys by source. The audit log keeps no index of its events' names
+#: (schema step 12): that was a page written at a random place of it for every event.
+_SOURCES_OF: Final = "SELECT source FROM instances WHERE name = ? LIMIT ?"
+#: Sources one name may stand for (a name is not unique across clouds and projects; a few).
+MAX_SOURCES_OF_NAME: Final = 100
 #: SQLite's name of that key's index (the table's first UNIQUE constraint).
 _BY_SOURCE: Final = " INDEXED BY sqlite_autoindex_events_1"
 
@@ -454,16 +456,29 @@ class Reads:
         clause, params = _where(
             [
                 ("seq > ?", query.cursor),
-                (_OF_INSTANCE, query.instance),
                 ("type = ?", query.type),
                 ("time >= ?", query.since),
                 ("time < ?", query.until),
             ]
         )
-        # SQLite has no statistics telling it that one instance's events are fewer than one
-        # type's (it would walk every heartbeat of the log): the (source, id) key it is.
-        hint = "" if query.instance is None or getattr(db, "postgres", False) else _BY_SOURCE
-        statement = f"{_EVENTS}{hint}{clause} ORDER BY seq LIMIT ?"
+        postgres = getattr(db, "postgres", False)
+        statement = f"{_EVENTS}{clause} ORDER BY seq LIMIT ?"
+        if query.instance is not None:
+            found = db.execute(_SOURCES_OF, (query.instance, MAX_SOURCES_OF_NAME)).fetchall()
+            sources = [str(source) for (source,) in found] + [query.instance]
+            of = f"source IN ({marks(len(sources))})"
+            clause = f"{clause} AND {of}" if clause else f" WHERE {of}"
+            params += sources
+            if postgres:
+                # Every event of those sources, through the keys by source, then in order:
+                # without statistics (a store just filled) the planner would rather walk
+                # the whole log in sequence order for the LIMIT (OFFSET 0 keeps it apart).
+                inner = f"{_EVENTS}{clause} OFFSET 0"
+                statement = f"SELECT * FROM ({inner}) AS e ORDER BY seq LIMIT ?"  # noqa: S608
+            else:
+                # SQLite has no statistics telling it that one instance's events are fewer
+                # than one type's (it would walk every heartbeat): the (source, id) key it is.
+                statement = f"{_EVENTS}{_BY_SOURCE}{clause} ORDER BY seq LIMIT ?"
         rows = db.execute(statement, [*params, query.limit + 1]).fetchall()
         more = len(rows) > query.limit
         page = [(int(s), str(i), float(r), str(b).encode()) for s, i, r, b in rows[: query.limit]]

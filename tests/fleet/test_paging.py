@@ -320,7 +320,8 @@ MAIN_READS: dict[str, tuple[Callable[[Any], Any], str]] = {
         lambda db: Reads.instance_page(db, InstanceQuery(state="retired", limit=100, now=NOW)),
         "instances_retired",
     ),
-    # By its sources' (source, id) key: the audit log keeps no index of names (step 12).
+    # Its sources read first, then their events by the (source, id) key: the audit log
+    # keeps no index of names (step 12).
     "one instance's audit log": (
         lambda db: Reads.events(db, EventQuery(instance="vm-0040")),
         "sqlite_autoindex_events_1",
@@ -377,7 +378,9 @@ async def test_the_main_reads_use_their_indexes(store: Store, store_url: str) ->
     found = await store._read(plans)  # type: ignore[attr-defined]
     whole = re.compile(r"Seq Scan on (instances|notices|events)|SCAN (instances|notices|events)$")
     for name, (_read, index) in MAIN_READS.items():
-        assert postgres or index in found[name][0], (name, found[name])
+        # A read of several statements (an instance's sources, then their events) uses its
+        # index in one of them.
+        assert postgres or any(index in plan for plan in found[name]), (name, found[name])
         for plan in found[name]:
             assert not [line for line in plan.splitlines() if whole.search(line.strip())], (
                 name,
